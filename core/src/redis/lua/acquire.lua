@@ -1,0 +1,39 @@
+-- ACQUIRE. KEYS: lock, fence, queue, waiters.
+-- ARGV: owner token, lease ms, hold count, mode ('try' | 'wait' | 'refresh'), waiter lease ms.
+-- Replies {1, fencing token, count} acquired | {0, pttl} busy | {2, pttl} queued | {3} not queued.
+local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, lease, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local mode, wlease = ARGV[4], tonumber(ARGV[5])
+
+local owner = redis.call('HGET', lock, 'owner')
+if owner == token then
+  -- Ours already: a reentrant acquire, a retry, or the claim of a hand-off.
+  redis.call('HSET', lock, 'count', count)
+  stretch(lock, lease)
+  return {1, tonumber(redis.call('HGET', lock, 'fence')), count}
+end
+if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3} end
+
+local now = now_ms()
+if not owner then
+  local head = live_head(queue, waiters, now)
+  if not head or head == token then
+    if head then
+      redis.call('LPOP', queue)
+      redis.call('ZREM', waiters, token)
+    end
+    local f = redis.call('INCR', fence)
+    redis.call('HSET', lock, 'owner', token, 'count', 1, 'fence', f)
+    redis.call('PEXPIRE', lock, lease)
+    return {1, f, 1}
+  end
+end
+if mode == 'try' then return {0, redis.call('PTTL', lock)} end
+
+if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
+redis.call('ZADD', waiters, now + wlease, token)
+if redis.call('PTTL', queue) < wlease then
+  redis.call('PEXPIRE', queue, wlease)
+  redis.call('PEXPIRE', waiters, wlease)
+end
+return {2, redis.call('PTTL', lock)}

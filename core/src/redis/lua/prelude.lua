@@ -1,0 +1,39 @@
+-- dlock Redis protocol v0: helpers shared by every script that can free a lock.
+-- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] queue list, KEYS[4] waiter zset.
+
+-- Server time in milliseconds. Only the server's clock is ever used for shared state.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Drops queue heads whose waiter lease has run out; returns the live head and its deadline.
+local function live_head(queue, waiters, now)
+  while true do
+    local head = redis.call('LINDEX', queue, 0)
+    if not head then return nil end
+    local deadline = redis.call('ZSCORE', waiters, head)
+    if deadline and tonumber(deadline) > now then return head, tonumber(deadline) end
+    redis.call('LPOP', queue)
+    redis.call('ZREM', waiters, head)
+  end
+end
+
+-- Hands a free lock to the first live waiter: a new tenure with a new fencing token that
+-- lives exactly as long as that waiter's lease, then wakes only that waiter.
+local function hand_off(lock, fence, queue, waiters, now)
+  local head, deadline = live_head(queue, waiters, now)
+  if not head then return 0 end
+  redis.call('LPOP', queue)
+  redis.call('ZREM', waiters, head)
+  local token = redis.call('INCR', fence)
+  redis.call('HSET', lock, 'owner', head, 'count', 1, 'fence', token)
+  redis.call('PEXPIRE', lock, deadline - now)
+  redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' ' .. token)
+  return 1
+end
+
+-- Sets the lock's time to live to `lease` ms unless it already has longer: a lease never shrinks.
+local function stretch(lock, lease)
+  if redis.call('PTTL', lock) < lease then redis.call('PEXPIRE', lock, lease) end
+end

@@ -1,0 +1,272 @@
+//! The Redis protocol, v0: key layout, owner tokens, Lua scripts and their replies.
+//!
+//! Everything a host needs to speak the protocol byte for byte lives here; transports run
+//! [`RedisOp`]s verbatim. `docs/PROTOCOL.md` describes the same thing for other implementers.
+
+pub mod reference;
+
+use core::fmt::Write as _;
+use core::time::Duration;
+
+use crate::error::Error;
+use crate::types::ClientId;
+
+/// Version of the key layout and scripts in this module.
+pub const PROTOCOL_VERSION: u32 = 0;
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// The protocol's scripts. Run with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Script {
+    Acquire,
+    Release,
+    Dequeue,
+    Extend,
+}
+
+impl Script {
+    pub const ALL: [Script; 4] = [Script::Acquire, Script::Release, Script::Dequeue, Script::Extend];
+
+    /// The script's name in docs, vectors and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Script::Acquire => "acquire",
+            Script::Release => "release",
+            Script::Dequeue => "dequeue",
+            Script::Extend => "extend",
+        }
+    }
+
+    /// The full Lua source sent to the server (shared helpers first).
+    pub fn source(self) -> String {
+        let body = match self {
+            Script::Acquire => include_str!("lua/acquire.lua"),
+            Script::Release => include_str!("lua/release.lua"),
+            Script::Dequeue => include_str!("lua/dequeue.lua"),
+            Script::Extend => include_str!("lua/extend.lua"),
+        };
+        let mut source = String::with_capacity(PRELUDE.len() + body.len());
+        source.push_str(PRELUDE);
+        source.push_str(body);
+        source
+    }
+}
+
+/// A backend operation on Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisOp {
+    /// Run a protocol script: `EVALSHA sha1(source) len(keys) keys… args…`.
+    Eval { script: Script, keys: Vec<String>, args: Vec<String> },
+    /// `SUBSCRIBE channel` on the transport's pub/sub connection; messages come back as
+    /// [`Notice::Message`](crate::Notice::Message). Reply with any value once subscribed.
+    Subscribe { channel: String },
+}
+
+/// A RESP reply, as far as the protocol needs one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Nil,
+    Int(i64),
+    Data(Vec<u8>),
+    Status(String),
+    Array(Vec<Value>),
+}
+
+/// Escapes a lock name for use inside a hash tag: `%`, `{` and `}` become `%25`, `%7B`, `%7D`.
+///
+/// The escaped name contains no brace, so `{escaped}` is always the key's hash tag (all keys
+/// of one lock land in one Redis Cluster slot), and distinct names stay distinct.
+pub fn escape(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The four keys of one lock, in the order every script takes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    /// Hash `owner`, `count`, `fence`, with the lease as its TTL.
+    pub lock: String,
+    /// Counter of tenures; its value is the latest fencing token. Never expires.
+    pub fence: String,
+    /// List of waiting owner tokens, FIFO.
+    pub queue: String,
+    /// Sorted set of waiting owner tokens scored by waiter-lease deadline (server ms).
+    pub waiters: String,
+}
+
+impl LockKeys {
+    pub fn new(name: &str) -> Self {
+        let tag = escape(name);
+        Self {
+            lock: format!("dlock:{{{tag}}}:lock"),
+            fence: format!("dlock:{{{tag}}}:fence"),
+            queue: format!("dlock:{{{tag}}}:queue"),
+            waiters: format!("dlock:{{{tag}}}:waiters"),
+        }
+    }
+
+    fn all(&self) -> Vec<String> {
+        vec![self.lock.clone(), self.fence.clone(), self.queue.clone(), self.waiters.clone()]
+    }
+}
+
+/// The owner token of one tenure: the client id as 32 lowercase hex digits, `-`, and the
+/// tenure's sequence number in lowercase hex. Unique per tenure, never reused.
+pub fn owner_token(client: ClientId, seq: u64) -> String {
+    let mut token = String::with_capacity(32 + 1 + 16);
+    let _ = write!(token, "{:032x}-{seq:x}", client.0);
+    token
+}
+
+/// The sequence number of `token` if it is one of `client`'s tokens.
+pub fn token_seq(client: ClientId, token: &str) -> Option<u64> {
+    let (id, seq) = token.split_once('-')?;
+    if id.len() != 32 || u128::from_str_radix(id, 16).ok()? != client.0 || seq.is_empty() {
+        return None;
+    }
+    if seq.starts_with('+') {
+        return None;
+    }
+    u64::from_str_radix(seq, 16).ok()
+}
+
+/// The channel on which hand-offs to `client`'s waiters are published.
+pub fn wake_channel(client: ClientId) -> String {
+    format!("dlock:wake:{:032x}", client.0)
+}
+
+/// A hand-off message: the new owner's token and its fencing token.
+pub fn parse_wake(payload: &[u8]) -> Option<(&str, u64)> {
+    let text = core::str::from_utf8(payload).ok()?;
+    let (token, fence) = text.split_once(' ')?;
+    Some((token, fence.parse().ok()?))
+}
+
+/// How an ACQUIRE treats a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Do not queue.
+    Try,
+    /// Queue (or stay queued, renewing the waiter lease).
+    Wait,
+    /// Renew the waiter lease only if still queued; reply "not queued" otherwise.
+    Refresh,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Try => "try",
+            Mode::Wait => "wait",
+            Mode::Refresh => "refresh",
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+pub fn acquire(keys: &LockKeys, token: &str, lease: Duration, count: u32, mode: Mode, waiter_lease: Duration) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::Acquire,
+        keys: keys.all(),
+        args: vec![token.to_owned(), ms(lease), count.to_string(), mode.arg().to_owned(), ms(waiter_lease)],
+    }
+}
+
+pub fn release(keys: &LockKeys, token: &str, count: u32) -> RedisOp {
+    RedisOp::Eval { script: Script::Release, keys: keys.all(), args: vec![token.to_owned(), count.to_string()] }
+}
+
+pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
+    RedisOp::Eval { script: Script::Dequeue, keys: keys.all(), args: vec![token.to_owned()] }
+}
+
+/// One EXTEND for many locks: `(lock key, owner token, lease)` each.
+pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>) -> RedisOp {
+    let (mut keys, mut args) = (Vec::new(), Vec::new());
+    for (key, token, lease) in locks {
+        keys.push(key.to_owned());
+        args.push(token.to_owned());
+        args.push(ms(lease));
+    }
+    RedisOp::Eval { script: Script::Extend, keys, args }
+}
+
+/// A parsed ACQUIRE reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    Acquired { fencing_token: u64, count: u32 },
+    Busy,
+    Queued,
+    NotQueued,
+}
+
+/// A parsed RELEASE reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReply {
+    NotOwner,
+    Held { count: u32 },
+    Freed,
+}
+
+fn malformed(script: Script, v: &Value) -> Error {
+    Error::MalformedReply(format!("{} replied {v:?}", script.name()))
+}
+
+fn ints(script: Script, v: &Value) -> Result<Vec<i64>, Error> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Int(n) => Ok(*n),
+                _ => Err(malformed(script, v)),
+            })
+            .collect(),
+        _ => Err(malformed(script, v)),
+    }
+}
+
+pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
+    let bad = || malformed(Script::Acquire, v);
+    Ok(match ints(Script::Acquire, v)?.as_slice() {
+        [1, fence, count] => AcquireReply::Acquired {
+            fencing_token: u64::try_from(*fence).ok().filter(|f| *f > 0).ok_or_else(bad)?,
+            count: u32::try_from(*count).ok().filter(|c| *c > 0).ok_or_else(bad)?,
+        },
+        [0, _] => AcquireReply::Busy,
+        [2, _] => AcquireReply::Queued,
+        [3] => AcquireReply::NotQueued,
+        _ => return Err(bad()),
+    })
+}
+
+pub fn parse_release(v: &Value) -> Result<ReleaseReply, Error> {
+    Ok(match ints(Script::Release, v)?.as_slice() {
+        [0] => ReleaseReply::NotOwner,
+        [1, count] => ReleaseReply::Held {
+            count: u32::try_from(*count).ok().filter(|c| *c > 0).ok_or_else(|| malformed(Script::Release, v))?,
+        },
+        [2, 0 | 1] => ReleaseReply::Freed,
+        _ => return Err(malformed(Script::Release, v)),
+    })
+}
+
+/// One flag per lock of the batch: still ours and extended.
+pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
+    let flags = ints(Script::Extend, v)?;
+    if flags.len() != n || flags.iter().any(|f| !matches!(f, 0 | 1)) {
+        return Err(malformed(Script::Extend, v));
+    }
+    Ok(flags.into_iter().map(|f| f == 1).collect())
+}

@@ -1,0 +1,371 @@
+//! The reference Redis: the protocol's scripts executed against an in-memory keyspace.
+//!
+//! This is the one model of the server side used by the deterministic simulation and by the
+//! `memory://` backend. Each script below follows its Lua twin in `lua/` step by step, on
+//! the same Redis primitives, so that a reader can check them side by side; a differential
+//! test against a real redis-server keeps the two honest. Server time (the scripts' `TIME`)
+//! is injected as milliseconds.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::{Script, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+enum Data {
+    Str(String),
+    Hash(BTreeMap<String, String>),
+    List(VecDeque<String>),
+    ZSet(BTreeMap<String, f64>),
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    data: Data,
+    /// Absolute expiry in server milliseconds.
+    expires_at: Option<u64>,
+}
+
+/// What one script run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub reply: Value,
+    /// `(channel, message)` pairs the script published, in order.
+    pub published: Vec<(String, Vec<u8>)>,
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// An in-memory keyspace that runs the protocol's scripts.
+#[derive(Debug, Clone, Default)]
+pub struct Store {
+    keys: BTreeMap<String, Entry>,
+    now: u64,
+    published: Vec<(String, Vec<u8>)>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `script` atomically at server time `now_ms`, as `EVALSHA` would.
+    pub fn eval(&mut self, now_ms: u64, script: Script, keys: &[String], args: &[String]) -> Result<Outcome, String> {
+        self.now = now_ms;
+        self.published.clear();
+        // Redis rolls nothing back when a script fails half way; neither do we.
+        let reply = match script {
+            Script::Acquire => self.acquire(keys, args),
+            Script::Release => self.release(keys, args),
+            Script::Dequeue => self.dequeue(keys, args),
+            Script::Extend => self.extend(keys, args),
+        }?;
+        Ok(Outcome { reply, published: std::mem::take(&mut self.published) })
+    }
+
+    /// Number of live keys at server time `now_ms` (expired keys are dropped).
+    pub fn len(&mut self, now_ms: u64) -> usize {
+        self.now = now_ms;
+        self.keys.retain(|_, e| e.expires_at.is_none_or(|t| now_ms <= t));
+        self.keys.len()
+    }
+
+    /// True when no live key is left.
+    pub fn is_empty(&mut self, now_ms: u64) -> bool {
+        self.len(now_ms) == 0
+    }
+
+    /// `HGET` at server time `now_ms`, for inspection (status commands, tests).
+    pub fn hget_at(&mut self, now_ms: u64, key: &str, field: &str) -> Result<Option<String>, String> {
+        self.now = now_ms;
+        self.hget(key, field)
+    }
+
+    // --- the scripts, each mirroring its Lua source ---
+
+    fn acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence, queue, waiters] = four(keys)?;
+        let [token, lease, count, mode, wlease] = args_n::<5>(args)?;
+        let (lease, count, wlease) = (int(lease)?, int(count)?, int(wlease)?);
+
+        let owner = self.hget(lock, "owner")?;
+        if owner.as_deref() == Some(token.as_str()) {
+            self.hset(lock, &[("count", count.to_string())])?;
+            self.stretch(lock, lease);
+            let fence = int(&self.hget(lock, "fence")?.unwrap_or_default())?;
+            return Ok(ints(&[1, fence, count]));
+        }
+        if mode == "refresh" && self.zscore(waiters, token)?.is_none() {
+            return Ok(ints(&[3]));
+        }
+
+        let now = self.now;
+        if owner.is_none() {
+            let head = self.live_head(queue, waiters, now)?;
+            if head.as_ref().is_none_or(|(h, _)| h == token) {
+                if head.is_some() {
+                    self.lpop(queue)?;
+                    self.zrem(waiters, token)?;
+                }
+                let f = self.incr(fence)?;
+                self.hset(lock, &[("owner", token.clone()), ("count", "1".into()), ("fence", f.to_string())])?;
+                self.pexpire(lock, lease);
+                return Ok(ints(&[1, f, 1]));
+            }
+        }
+        if mode == "try" {
+            return Ok(ints(&[0, self.pttl(lock)]));
+        }
+
+        if self.zscore(waiters, token)?.is_none() {
+            self.rpush(queue, token)?;
+        }
+        self.zadd(waiters, (now as i64 + wlease) as f64, token)?;
+        if self.pttl(queue) < wlease {
+            self.pexpire(queue, wlease);
+            self.pexpire(waiters, wlease);
+        }
+        Ok(ints(&[2, self.pttl(lock)]))
+    }
+
+    fn release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence, queue, waiters] = four(keys)?;
+        let [token, count] = args_n::<2>(args)?;
+        let count = int(count)?;
+
+        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(ints(&[0]));
+        }
+        if count > 0 {
+            self.hset(lock, &[("count", count.to_string())])?;
+            return Ok(ints(&[1, count]));
+        }
+        self.del(lock);
+        let handed = self.hand_off(lock, fence, queue, waiters, self.now)?;
+        Ok(ints(&[2, handed]))
+    }
+
+    fn dequeue(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence, queue, waiters] = four(keys)?;
+        let [token] = args_n::<1>(args)?;
+
+        if self.hget(lock, "owner")?.as_deref() == Some(token.as_str()) {
+            self.del(lock);
+            self.hand_off(lock, fence, queue, waiters, self.now)?;
+            return Ok(Value::Int(2));
+        }
+        self.lrem(queue, token)?;
+        Ok(Value::Int(self.zrem(waiters, token)?))
+    }
+
+    fn extend(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        if args.len() != 2 * keys.len() {
+            return Err("ERR extend takes a token and a lease per key".into());
+        }
+        let mut result = Vec::with_capacity(keys.len());
+        for (lock, pair) in keys.iter().zip(args.chunks(2)) {
+            if self.hget(lock, "owner")?.as_deref() == Some(pair[0].as_str()) {
+                self.stretch(lock, int(&pair[1])?);
+                result.push(Value::Int(1));
+            } else {
+                result.push(Value::Int(0));
+            }
+        }
+        Ok(Value::Array(result))
+    }
+
+    // --- the prelude's helpers ---
+
+    fn live_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<Option<(String, i64)>, String> {
+        loop {
+            let Some(head) = self.lindex0(queue)? else { return Ok(None) };
+            if let Some(deadline) = self.zscore(waiters, &head)? {
+                if deadline > now as f64 {
+                    return Ok(Some((head, deadline as i64)));
+                }
+            }
+            self.lpop(queue)?;
+            self.zrem(waiters, &head)?;
+        }
+    }
+
+    fn hand_off(&mut self, lock: &str, fence: &str, queue: &str, waiters: &str, now: u64) -> Result<i64, String> {
+        let Some((head, deadline)) = self.live_head(queue, waiters, now)? else { return Ok(0) };
+        self.lpop(queue)?;
+        self.zrem(waiters, &head)?;
+        let token = self.incr(fence)?;
+        self.hset(lock, &[("owner", head.clone()), ("count", "1".into()), ("fence", token.to_string())])?;
+        self.pexpire(lock, deadline - now as i64);
+        let client = head.get(..32).unwrap_or(&head);
+        self.published.push((format!("dlock:wake:{client}"), format!("{head} {token}").into_bytes()));
+        Ok(1)
+    }
+
+    fn stretch(&mut self, lock: &str, lease: i64) {
+        if self.pttl(lock) < lease {
+            self.pexpire(lock, lease);
+        }
+    }
+
+    // --- Redis primitives, with Redis's expiry and empty-collection rules ---
+
+    fn live(&mut self, key: &str) -> Option<&mut Entry> {
+        let now = self.now;
+        if self.keys.get(key).is_some_and(|e| e.expires_at.is_some_and(|t| now > t)) {
+            self.keys.remove(key);
+        }
+        self.keys.get_mut(key)
+    }
+
+    fn del(&mut self, key: &str) {
+        self.live(key);
+        self.keys.remove(key);
+    }
+
+    fn pttl(&mut self, key: &str) -> i64 {
+        let now = self.now;
+        match self.live(key) {
+            None => -2,
+            Some(Entry { expires_at: None, .. }) => -1,
+            Some(Entry { expires_at: Some(t), .. }) => (*t as i64 - now as i64).max(0),
+        }
+    }
+
+    fn pexpire(&mut self, key: &str, ms: i64) {
+        let now = self.now;
+        if ms <= 0 {
+            self.del(key);
+        } else if let Some(e) = self.live(key) {
+            e.expires_at = Some(now + ms as u64);
+        }
+    }
+
+    fn incr(&mut self, key: &str) -> Result<i64, String> {
+        let next = match self.live(key).map(|e| &e.data) {
+            None => 1,
+            Some(Data::Str(s)) => s.parse::<i64>().map_err(|_| "ERR value is not an integer or out of range")? + 1,
+            Some(_) => return Err(WRONGTYPE.into()),
+        };
+        match self.live(key) {
+            Some(e) => e.data = Data::Str(next.to_string()),
+            None => {
+                self.keys.insert(key.to_owned(), Entry { data: Data::Str(next.to_string()), expires_at: None });
+            }
+        }
+        Ok(next)
+    }
+
+    fn hget(&mut self, key: &str, field: &str) -> Result<Option<String>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(None),
+            Some(Data::Hash(h)) => Ok(h.get(field).cloned()),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn hset(&mut self, key: &str, pairs: &[(&str, String)]) -> Result<(), String> {
+        let entry = self.entry_or(key, || Data::Hash(BTreeMap::new()));
+        let Data::Hash(h) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        for (field, value) in pairs {
+            h.insert((*field).to_owned(), value.clone());
+        }
+        Ok(())
+    }
+
+    fn lindex0(&mut self, key: &str) -> Result<Option<String>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(None),
+            Some(Data::List(l)) => Ok(l.front().cloned()),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn lpop(&mut self, key: &str) -> Result<Option<String>, String> {
+        let popped = match self.live(key).map(|e| &mut e.data) {
+            None => return Ok(None),
+            Some(Data::List(l)) => l.pop_front(),
+            Some(_) => return Err(WRONGTYPE.into()),
+        };
+        self.drop_if_empty(key);
+        Ok(popped)
+    }
+
+    fn rpush(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let entry = self.entry_or(key, || Data::List(VecDeque::new()));
+        let Data::List(l) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        l.push_back(value.to_owned());
+        Ok(())
+    }
+
+    fn lrem(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match self.live(key).map(|e| &mut e.data) {
+            None => return Ok(()),
+            Some(Data::List(l)) => l.retain(|v| v != value),
+            Some(_) => return Err(WRONGTYPE.into()),
+        }
+        self.drop_if_empty(key);
+        Ok(())
+    }
+
+    fn zscore(&mut self, key: &str, member: &str) -> Result<Option<f64>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(None),
+            Some(Data::ZSet(z)) => Ok(z.get(member).copied()),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn zadd(&mut self, key: &str, score: f64, member: &str) -> Result<(), String> {
+        let entry = self.entry_or(key, || Data::ZSet(BTreeMap::new()));
+        let Data::ZSet(z) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        z.insert(member.to_owned(), score);
+        Ok(())
+    }
+
+    fn zrem(&mut self, key: &str, member: &str) -> Result<i64, String> {
+        let removed = match self.live(key).map(|e| &mut e.data) {
+            None => return Ok(0),
+            Some(Data::ZSet(z)) => z.remove(member).is_some(),
+            Some(_) => return Err(WRONGTYPE.into()),
+        };
+        self.drop_if_empty(key);
+        Ok(i64::from(removed))
+    }
+
+    fn entry_or(&mut self, key: &str, empty: impl FnOnce() -> Data) -> &mut Entry {
+        self.live(key);
+        self.keys.entry(key.to_owned()).or_insert_with(|| Entry { data: empty(), expires_at: None })
+    }
+
+    /// Redis deletes a list, hash or sorted set when its last element goes.
+    fn drop_if_empty(&mut self, key: &str) {
+        let empty = match self.keys.get(key).map(|e| &e.data) {
+            Some(Data::List(l)) => l.is_empty(),
+            Some(Data::ZSet(z)) => z.is_empty(),
+            Some(Data::Hash(h)) => h.is_empty(),
+            _ => false,
+        };
+        if empty {
+            self.keys.remove(key);
+        }
+    }
+}
+
+fn four(keys: &[String]) -> Result<[&String; 4], String> {
+    match keys {
+        [a, b, c, d] => Ok([a, b, c, d]),
+        _ => Err(format!("ERR expected 4 keys, got {}", keys.len())),
+    }
+}
+
+fn args_n<const N: usize>(args: &[String]) -> Result<[&String; N], String> {
+    let refs: Vec<&String> = args.iter().collect();
+    refs.try_into().map_err(|_| format!("ERR expected {N} arguments, got {}", args.len()))
+}
+
+fn int(s: &str) -> Result<i64, String> {
+    s.parse().map_err(|_| format!("ERR not an integer: {s:?}"))
+}
+
+fn ints(values: &[i64]) -> Value {
+    Value::Array(values.iter().map(|v| Value::Int(*v)).collect())
+}

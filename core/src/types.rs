@@ -1,0 +1,170 @@
+//! What goes into the engine ([`Input`]) and what comes out ([`Output`]).
+
+use core::time::Duration;
+
+use crate::error::{Error, TransportError};
+use crate::redis::{RedisOp, Value};
+use crate::time::Instant;
+
+/// A caller-chosen id that names one command until its terminal event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// An engine-chosen id for one tenure of a lock held by this engine. Reentrant acquires of a
+/// held lock return the same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HoldId(pub u64);
+
+/// An engine-chosen id that pairs a [`Request`] with its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// The 128-bit identity of one engine, read by the host from a CSPRNG. Owner tokens derive
+/// from it, so two engines never share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClientId(pub u128);
+
+/// How long an acquire may wait for a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once (try-acquire): a held lock ends the command with [`NotAcquired::Busy`].
+    No,
+    /// Queue until this instant at the latest.
+    Until(Instant),
+    /// Queue until acquired or cancelled.
+    Forever,
+}
+
+/// One acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquire {
+    pub op: OpId,
+    /// The lock's name: 1 to [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes of UTF-8.
+    pub name: String,
+    /// Who in the application asks (a thread, a task, a lock object). The same owner
+    /// acquiring a lock it holds is reentrant: same hold, same fencing token, count + 1.
+    pub owner: u64,
+    /// Time to live on the server, renewed by the watchdog while held.
+    pub lease: Duration,
+    pub wait: Wait,
+    /// Stop renewing and release this long after the tenure began. `None`: renew until
+    /// released.
+    pub max_hold: Option<Duration>,
+}
+
+/// A command from the application. Each ends in exactly one terminal [`Event`] naming its
+/// op id, except [`Command::Cancel`], which ends the acquire it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Acquire(Acquire),
+    /// Drop one hold count; at zero the lock is freed and handed to the next waiter.
+    Release { op: OpId, hold: HoldId },
+    /// Renew now, with a (possibly longer) lease that later renewals keep using.
+    Extend { op: OpId, hold: HoldId, lease: Duration },
+    /// Stop waiting: the pending acquire `op` ends with [`NotAcquired::Cancelled`] and leaves
+    /// the queue. A no-op if that acquire has already ended.
+    Cancel { op: OpId },
+}
+
+/// Unsolicited news from the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The transport (re)connected: subscriptions must be made again.
+    Connected,
+    /// The transport lost its connection. Held locks keep their local validity, which runs
+    /// out unless a renewal gets through after a reconnect.
+    Disconnected,
+    /// A pub/sub message.
+    Message { channel: String, payload: Vec<u8> },
+    /// The transport is gone for good: every pending command fails, every hold is lost, and
+    /// the engine refuses further commands (sticky).
+    Closed,
+}
+
+/// The transport's answer to a [`Request`].
+pub type Reply = Result<Value, TransportError>;
+
+/// Everything the host feeds in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Command(Command),
+    Reply { id: RequestId, reply: Reply },
+    Notice(Notice),
+}
+
+/// A backend operation for the host's transport to perform verbatim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    pub op: RedisOp,
+}
+
+/// Why an acquire ended without the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAcquired {
+    /// Try-acquire found the lock held (or promised to a queued waiter).
+    Busy,
+    /// The wait deadline passed.
+    TimedOut,
+    /// Cancelled by [`Command::Cancel`].
+    Cancelled,
+}
+
+/// Why a held lock was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostReason {
+    /// Local validity ran out before a renewal succeeded. The server may still hold it.
+    Expired,
+    /// The server says another token owns the lock (or nobody does).
+    NotOwner,
+    /// The max-hold bound was reached: renewal stopped and the lock was released.
+    MaxHold,
+    /// The engine was closed.
+    Closed,
+}
+
+/// News for the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Terminal for an acquire. `count` is the hold count after it (> 1: reentrant).
+    Acquired {
+        op: OpId,
+        hold: HoldId,
+        fencing_token: u64,
+        valid_until: Instant,
+        count: u32,
+    },
+    /// Terminal for an acquire.
+    NotAcquired { op: OpId, reason: NotAcquired },
+    /// Terminal for a release. `count` is what is left; 0 means the lock is free (or handed on).
+    Released { op: OpId, hold: HoldId, count: u32 },
+    /// Terminal for an extend.
+    Extended { op: OpId, hold: HoldId, valid_until: Instant },
+    /// Terminal for any command.
+    Failed { op: OpId, error: Error },
+    /// The watchdog renewed a hold.
+    Renewed { hold: HoldId, valid_until: Instant },
+    /// A hold is gone. Stop using the resource: only fencing protects it from here on.
+    Lost { hold: HoldId, reason: LostReason },
+}
+
+impl Event {
+    /// The command this event ends, if it is terminal.
+    pub fn terminal_op(&self) -> Option<OpId> {
+        match self {
+            Event::Acquired { op, .. }
+            | Event::NotAcquired { op, .. }
+            | Event::Released { op, .. }
+            | Event::Extended { op, .. }
+            | Event::Failed { op, .. } => Some(*op),
+            Event::Renewed { .. } | Event::Lost { .. } => None,
+        }
+    }
+}
+
+/// Everything the host drains out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Request(Request),
+    Event(Event),
+}
