@@ -73,16 +73,20 @@ struct Pending {
     wait: Wait,
     /// Mode of the next ACQUIRE: `Wait` until the server has queued us, then `Refresh`.
     mode: Mode,
-    /// Send time of the latest ACQUIRE the server answered with "queued". The server did
-    /// not hand us the lock before that request ran, so this bounds the hand-off from below.
-    queued_at: Option<Instant>,
+    /// Send time of the latest ACQUIRE the server answered with "queued", and the lock's
+    /// latest fencing token when it ran. A hand-off with a larger token happened after that
+    /// request ran, so its send time bounds the hand-off from below.
+    queued: Option<(Instant, u64)>,
     in_flight: bool,
 }
 
 #[derive(Debug)]
 struct Held {
     fencing_token: u64,
+    /// Granted levels: acquisitions reported to the application minus releases.
     count: u32,
+    /// Reentrant acquires sent and not yet answered.
+    reentering: u32,
     valid_until: Instant,
     renewing: bool,
 }
@@ -252,8 +256,10 @@ impl Engine {
             return match &mut t.state {
                 State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
                 State::Held(h) => {
-                    h.count += 1;
-                    let op_ = redis::acquire(&t.keys, &t.token, t.lease, h.count, Mode::Refresh, self.config.waiter_lease);
+                    // The server's count mirrors granted levels plus reentries under way.
+                    h.reentering += 1;
+                    let count = h.count + h.reentering;
+                    let op_ = redis::acquire(&t.keys, &t.token, t.lease, count, Mode::Refresh, self.config.waiter_lease);
                     let lease = t.lease;
                     self.send(op_, Purpose::Reenter { seq, op: a.op, lease });
                     Ok(())
@@ -278,7 +284,7 @@ impl Engine {
                 token,
                 lease,
                 max_hold,
-                state: State::Pending(Pending { op: a.op, wait, mode, queued_at: None, in_flight: false }),
+                state: State::Pending(Pending { op: a.op, wait, mode, queued: None, in_flight: false }),
             },
         );
         self.slots.insert((a.name, a.owner), seq);
@@ -375,8 +381,10 @@ impl Engine {
             Ok(AcquireReply::Busy) if mode == Mode::Try => {
                 self.abandon(seq, Event::NotAcquired { op, reason: NotAcquired::Busy }, false);
             }
-            Ok(AcquireReply::Queued) if mode != Mode::Try => {
-                p.queued_at = Some(p.queued_at.map_or(sent, |q| q.max(sent)));
+            Ok(AcquireReply::Queued { latest }) if mode != Mode::Try => {
+                if p.queued.is_none_or(|(at, _)| at < sent) {
+                    p.queued = Some((sent, latest));
+                }
                 p.mode = Mode::Refresh;
                 let at = (sent + self.config.waiter_lease / 3).max(self.now);
                 self.timers.set(Timer::Refresh(seq), at);
@@ -384,7 +392,7 @@ impl Engine {
             Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
                 // Our place was given up (we were silent longer than the waiter lease): queue again.
                 p.mode = Mode::Wait;
-                p.queued_at = None;
+                p.queued = None;
                 self.send_acquire(seq);
             }
             Ok(other) => {
@@ -402,31 +410,31 @@ impl Engine {
 
     fn on_reenter(&mut self, seq: u64, op: OpId, lease: Duration, sent: Instant, reply: Result<Value, Error>) {
         let hold = HoldId(seq);
-        let held = matches!(self.tenures.get(&seq), Some(Tenure { state: State::Held(_), .. }));
-        if !held {
+        let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) else {
+            // Released or lost while the reentry was under way.
             return self.finish(Event::Failed { op, error: Error::LockLost { hold } });
-        }
+        };
+        h.reentering -= 1;
         match reply.and_then(|v| redis::parse_acquire(&v)) {
-            Ok(AcquireReply::Acquired { fencing_token, count }) => {
+            Ok(AcquireReply::Acquired { fencing_token, .. }) if fencing_token == h.fencing_token => {
+                h.count += 1;
+                let count = h.count;
                 self.renewed(seq, sent, lease, false);
-                let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get(&seq) else { return };
-                let (fence, valid_until) = (h.fencing_token, h.valid_until);
-                if fencing_token != fence {
-                    let error = Error::MalformedReply(format!("reentry got fencing token {fencing_token}, tenure has {fence}"));
-                    return self.finish(Event::Failed { op, error });
-                }
+                let valid_until = self.hold(hold).map_or(sent, |info| info.valid_until);
                 self.finish(Event::Acquired { op, hold, fencing_token, valid_until, count });
+            }
+            Ok(AcquireReply::Acquired { fencing_token, .. }) => {
+                let error = Error::MalformedReply(format!(
+                    "reentry got fencing token {fencing_token}, its tenure has {}",
+                    h.fencing_token
+                ));
+                self.finish(Event::Failed { op, error });
             }
             Ok(_) => {
                 self.lose(seq, LostReason::NotOwner);
                 self.finish(Event::Failed { op, error: Error::LockLost { hold } });
             }
-            Err(error) => {
-                if let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) {
-                    h.count -= 1;
-                }
-                self.finish(Event::Failed { op, error });
-            }
+            Err(error) => self.finish(Event::Failed { op, error }),
         }
     }
 
@@ -507,9 +515,11 @@ impl Engine {
         let Some(seq) = redis::token_seq(self.config.client_id, token) else { return };
         let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get_mut(&seq) else { return };
         let wl = self.config.waiter_lease;
-        // The handed tenure lives until our waiter deadline, which our last answered
-        // refresh set to at least (its send time + waiter lease) in server time.
-        match p.queued_at.map(|q| q + wl - drift(wl)) {
+        // The handed tenure lives until our waiter deadline, which our last answered refresh
+        // set to at least its send time + waiter lease, provided the hand-off came after that
+        // refresh ran (a larger token); a stale or unprovable hand-off is claimed instead.
+        let bound = p.queued.filter(|(_, latest)| fencing_token > *latest).map(|(at, _)| at + wl - drift(wl));
+        match bound {
             Some(valid_until) if valid_until > self.now => {
                 self.held(seq, fencing_token, 1, valid_until, self.now);
             }
@@ -616,7 +626,7 @@ impl Engine {
         let Some(t) = self.tenures.get_mut(&seq) else { return };
         let State::Pending(p) = &t.state else { return };
         let op = p.op;
-        t.state = State::Held(Held { fencing_token, count, valid_until, renewing: false });
+        t.state = State::Held(Held { fencing_token, count, reentering: 0, valid_until, renewing: false });
         self.acquires.remove(&op);
         self.timers.clear(Timer::WaitDeadline(seq));
         self.timers.clear(Timer::Refresh(seq));

@@ -208,7 +208,8 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
 pub enum AcquireReply {
     Acquired { fencing_token: u64, count: u32 },
     Busy,
-    Queued,
+    /// Queued; `latest` is the lock's latest fencing token when the script ran.
+    Queued { latest: u64 },
     NotQueued,
 }
 
@@ -245,7 +246,7 @@ pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
             count: u32::try_from(*count).ok().filter(|c| *c > 0).ok_or_else(bad)?,
         },
         [0, _] => AcquireReply::Busy,
-        [2, _] => AcquireReply::Queued,
+        [2, _, latest] => AcquireReply::Queued { latest: u64::try_from(*latest).map_err(|_| bad())? },
         [3] => AcquireReply::NotQueued,
         _ => return Err(bad()),
     })

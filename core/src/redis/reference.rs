@@ -124,7 +124,8 @@ impl Store {
             self.pexpire(queue, wlease);
             self.pexpire(waiters, wlease);
         }
-        Ok(ints(&[2, self.pttl(lock)]))
+        let latest = self.get(fence)?.map(|f| int(&f)).transpose()?.unwrap_or(0);
+        Ok(ints(&[2, self.pttl(lock), latest]))
     }
 
     fn release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
@@ -252,6 +253,14 @@ impl Store {
             }
         }
         Ok(next)
+    }
+
+    fn get(&mut self, key: &str) -> Result<Option<String>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(None),
+            Some(Data::Str(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
     }
 
     fn hget(&mut self, key: &str, field: &str) -> Result<Option<String>, String> {

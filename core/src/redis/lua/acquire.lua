@@ -1,6 +1,7 @@
 -- ACQUIRE. KEYS: lock, fence, queue, waiters.
 -- ARGV: owner token, lease ms, hold count, mode ('try' | 'wait' | 'refresh'), waiter lease ms.
--- Replies {1, fencing token, count} acquired | {0, pttl} busy | {2, pttl} queued | {3} not queued.
+-- Replies {1, fencing token, count} acquired | {0, pttl} busy | {3} not queued |
+-- {2, pttl, latest fencing token} queued (a later hand-off to us has a larger token).
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local mode, wlease = ARGV[4], tonumber(ARGV[5])
@@ -36,4 +37,4 @@ if redis.call('PTTL', queue) < wlease then
   redis.call('PEXPIRE', queue, wlease)
   redis.call('PEXPIRE', waiters, wlease)
 end
-return {2, redis.call('PTTL', lock)}
+return {2, redis.call('PTTL', lock), tonumber(redis.call('GET', fence) or 0)}

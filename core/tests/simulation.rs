@@ -1,0 +1,616 @@
+//! Deterministic simulation of many engines contending through a faulty network for locks on
+//! the reference Redis.
+//!
+//! A seeded world: virtual time, a network that delays, drops, duplicates and reorders every
+//! message (requests, replies and pub/sub), clients whose clocks run up to 0.5% fast or slow,
+//! clients that pause for longer than their leases and clients that crash and restart. After
+//! every step it checks:
+//!
+//! 1. at most one holder per lock whose local validity (mapped to true time) has not run out;
+//! 2. fencing tokens of new tenures strictly increase per lock, in the order the holders
+//!    learn of them, and a reentrant acquire reports its tenure's token;
+//! 3. every command ends in exactly one terminal event (checked again after a final drain in
+//!    which every pending command must end);
+//! 4. no panic.
+//!
+//! `DLOCK_SIM_SEEDS=N` sets the number of seeds, `DLOCK_SIM_SEED=S` replays one seed, and
+//! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use dlock_core::redis::reference::Store;
+use dlock_core::redis::{RedisOp, Value};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, OpId, Output, Request,
+    Wait,
+};
+
+const MS: u64 = 1_000_000;
+/// Server wall clock at the start (ms since 1970), as a real server would report it.
+const SERVER_EPOCH_MS: u64 = 1_764_000_000_000;
+const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
+const STEPS_PER_SEED: u64 = 5_000;
+const DRAIN_LIMIT: u64 = 120_000 * MS;
+
+/// SplitMix64: small, fast, and the same on every platform.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Msg {
+    ToServer { client: usize, incarnation: u32, request: Request },
+    ToClient { client: usize, incarnation: u32, input: Input },
+    Wake { client: usize, incarnation: u32, at: u64 },
+    App { client: usize },
+    Resume { client: usize },
+    Restart { client: usize },
+}
+
+/// What the application believes about one of its holds.
+#[derive(Debug)]
+struct Belief {
+    name: String,
+    fencing_token: u64,
+    count: u32,
+    /// In the client's local clock.
+    valid_until: Instant,
+    /// True time at which the application intends to drop one count.
+    release_at: u64,
+}
+
+#[derive(Debug)]
+enum OpKind {
+    Acquire { name: String, owner: u64 },
+    Release { hold: HoldId },
+    Extend,
+}
+
+struct Client {
+    engine: Option<Engine>,
+    incarnation: u32,
+    /// Local clock = offset + true time · (1 + ppm / 10⁶).
+    offset: u64,
+    ppm: i64,
+    paused_until: u64,
+    next_wake: Option<u64>,
+    beliefs: BTreeMap<HoldId, Belief>,
+    ops: BTreeMap<OpId, OpKind>,
+    next_op: u64,
+}
+
+impl Client {
+    fn local(&self, t: u64) -> Instant {
+        let scaled = (t as i128 * (1_000_000 + self.ppm as i128) / 1_000_000) as u64;
+        Instant::from_nanos(self.offset + scaled)
+    }
+    fn global(&self, local: Instant) -> u64 {
+        let l = local.as_nanos().saturating_sub(self.offset) as i128;
+        let rate = 1_000_000 + self.ppm as i128;
+        ((l * 1_000_000 + rate - 1) / rate) as u64
+    }
+}
+
+struct World {
+    seed: u64,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    steps: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    msgs: BTreeMap<usize, Msg>,
+    next_msg: usize,
+    store: Store,
+    subscribers: BTreeMap<String, (usize, u32)>,
+    clients: Vec<Client>,
+    last_token: BTreeMap<String, u64>,
+    draining: bool,
+    trace: Option<VecDeque<String>>,
+    stats: Stats,
+    /// Fault rates of this world, per mille of messages: calm worlds and stormy ones.
+    drop_pm: u64,
+    dup_pm: u64,
+    slow_pm: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    steps: u64,
+    acquired: u64,
+    lost: u64,
+    pauses: u64,
+    crashes: u64,
+}
+
+impl World {
+    fn new(seed: u64, trace: bool) -> Self {
+        let mut rng = Rng(seed);
+        let n = rng.range(2, 5) as usize;
+        let clients = (0..n)
+            .map(|_| Client {
+                engine: None,
+                incarnation: 0,
+                offset: rng.below(1 << 40),
+                ppm: rng.range(0, 10_000) as i64 - 5_000,
+                paused_until: 0,
+                next_wake: None,
+                beliefs: BTreeMap::new(),
+                ops: BTreeMap::new(),
+                next_op: 1,
+            })
+            .collect();
+        let mut world = World {
+            seed,
+            rng,
+            now: 0,
+            seq: 0,
+            steps: 0,
+            queue: BinaryHeap::new(),
+            msgs: BTreeMap::new(),
+            next_msg: 0,
+            store: Store::new(),
+            subscribers: BTreeMap::new(),
+            clients,
+            last_token: BTreeMap::new(),
+            draining: false,
+            trace: trace.then(VecDeque::new),
+            stats: Stats::default(),
+            drop_pm: 0,
+            dup_pm: 0,
+            slow_pm: 0,
+        };
+        world.drop_pm = *world.rng.pick(&[0, 10, 50, 150]);
+        world.dup_pm = *world.rng.pick(&[0, 10, 100]);
+        world.slow_pm = *world.rng.pick(&[0, 20, 100, 300]);
+        for c in 0..n {
+            world.start_client(c);
+            let at = world.rng.range(0, 20) * MS;
+            world.schedule(at, Msg::App { client: c });
+        }
+        world
+    }
+
+    fn fail(&self, what: String) -> ! {
+        let trace = match &self.trace {
+            Some(t) => t.iter().cloned().collect::<Vec<_>>().join("\n"),
+            None => "(rerun with DLOCK_SIM_TRACE=1 for the last events)".into(),
+        };
+        panic!(
+            "simulation violation, seed {seed} step {steps} t={t:.3}s: {what}\nreplay: DLOCK_SIM_SEED={seed} cargo test -p dlock-core --test simulation\n{trace}",
+            seed = self.seed,
+            steps = self.steps,
+            t = self.now as f64 / 1e9,
+        )
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            if trace.len() == 200 {
+                trace.pop_front();
+            }
+            trace.push_back(format!("{:>12.6} {}", self.now as f64 / 1e9, line()));
+        }
+    }
+
+    fn schedule(&mut self, delay: u64, msg: Msg) {
+        let id = self.next_msg;
+        self.next_msg += 1;
+        self.seq += 1;
+        self.msgs.insert(id, msg);
+        self.queue.push(Reverse((self.now + delay, self.seq, id)));
+    }
+
+    /// Sends through the faulty network: usually fast, sometimes very slow, sometimes lost,
+    /// sometimes twice. Independent delays reorder messages.
+    fn send(&mut self, msg: Msg) {
+        if !self.draining && self.rng.chance(self.drop_pm) {
+            return;
+        }
+        let copies = if self.rng.chance(self.dup_pm) { 2 } else { 1 };
+        for _ in 0..copies {
+            let delay = if self.rng.chance(self.slow_pm) {
+                self.rng.range(50, 1500) * MS
+            } else {
+                self.rng.range(20_000, 2_000_000)
+            };
+            self.schedule(delay, msg.clone());
+        }
+    }
+
+    fn start_client(&mut self, c: usize) {
+        let id = ClientId(u128::from(self.rng.next()) << 64 | u128::from(self.rng.next()));
+        let mut config = Config::new(id);
+        config.waiter_lease = Duration::from_millis(*self.rng.pick(&[50, 300, 1000]));
+        config.request_timeout = Duration::from_millis(*self.rng.pick(&[100, 500, 2000]));
+        config.max_batch = *self.rng.pick(&[1, 2, 100]);
+        let client = &mut self.clients[c];
+        client.incarnation += 1;
+        client.next_wake = None;
+        let local = client.local(self.now);
+        client.engine = Some(Engine::new(config, local).expect("valid config"));
+        self.pump(c);
+    }
+
+    /// Drains a client's engine: requests go to the network, events to the application.
+    fn pump(&mut self, c: usize) {
+        loop {
+            let Some(engine) = self.clients[c].engine.as_mut() else { return };
+            let Some(out) = engine.poll_output() else { break };
+            match out {
+                Output::Request(request) => {
+                    let incarnation = self.clients[c].incarnation;
+                    self.note(|| format!("c{c} -> {:?} {}", request.id, describe(&request.op)));
+                    self.send(Msg::ToServer { client: c, incarnation, request });
+                }
+                Output::Event(event) => self.deliver(c, event),
+            }
+        }
+        let client = &self.clients[c];
+        let Some(engine) = client.engine.as_ref() else { return };
+        if let Some(local) = engine.poll_timeout() {
+            let at = client.global(local).max(self.now);
+            if client.next_wake.is_none_or(|w| at < w || w < self.now) {
+                let incarnation = client.incarnation;
+                self.clients[c].next_wake = Some(at);
+                self.schedule(at - self.now, Msg::Wake { client: c, incarnation, at });
+            }
+        }
+    }
+
+    /// The application receives an event; checks 2 and 3 happen here.
+    fn deliver(&mut self, c: usize, event: Event) {
+        self.note(|| format!("c{c} <= {event:?}"));
+        if let Some(op) = event.terminal_op() {
+            let Some(kind) = self.clients[c].ops.remove(&op) else {
+                self.fail(format!("client {c}: terminal event for an op that is not pending: {event:?}"))
+            };
+            match (&kind, &event) {
+                (OpKind::Acquire { name, .. }, Event::Acquired { hold, fencing_token, valid_until, count, .. }) => {
+                    self.stats.acquired += 1;
+                    let hold_for = self.rng.range(0, 1500) * MS;
+                    let release_at = self.now + if self.draining { 0 } else { hold_for };
+                    let (hold, token, valid_until, count) = (*hold, *fencing_token, *valid_until, *count);
+                    if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
+                        if b.fencing_token != token || b.name != *name || count != b.count + 1 {
+                            let msg = format!("client {c}: reentry of {name} changed token {} -> {token} or count {} -> {count}", b.fencing_token, b.count);
+                            self.fail(msg);
+                        }
+                        b.count = count;
+                        b.valid_until = b.valid_until.max(valid_until);
+                    } else {
+                        let last = self.last_token.get(name).copied().unwrap_or(0);
+                        if token <= last || count != 1 {
+                            self.fail(format!("client {c}: new tenure of {name} got token {token} (count {count}) after {last}"));
+                        }
+                        self.last_token.insert(name.clone(), token);
+                        let name = name.clone();
+                        self.clients[c].beliefs.insert(hold, Belief { name, fencing_token: token, count, valid_until, release_at });
+                    }
+                }
+                (OpKind::Acquire { .. }, Event::NotAcquired { .. } | Event::Failed { .. })
+                | (OpKind::Release { .. }, Event::Released { .. } | Event::Failed { .. })
+                | (OpKind::Extend, Event::Extended { .. } | Event::Failed { .. }) => {}
+                _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
+            }
+            if let Event::Failed { error, .. } = &event {
+                if error.is_misuse() && !matches!(error, dlock_core::Error::NotHeld { .. } | dlock_core::Error::AlreadyWaiting { .. }) {
+                    self.fail(format!("client {c}: unexpected misuse error {error:?}"));
+                }
+            }
+        }
+        match event {
+            Event::Renewed { hold, valid_until } | Event::Extended { hold, valid_until, .. } => {
+                if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
+                    b.valid_until = b.valid_until.max(valid_until);
+                }
+            }
+            Event::Lost { hold, .. } => {
+                self.stats.lost += 1;
+                // The hold may have run out just before the application's final release reached
+                // the engine: then that release fails with NotHeld.
+                let releasing = self.clients[c].ops.values().any(|k| matches!(k, OpKind::Release { hold: h } if *h == hold));
+                if self.clients[c].beliefs.remove(&hold).is_none() && !releasing {
+                    self.fail(format!("client {c}: lost {hold:?}, which the application does not hold"));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Check 1: at most one holder per lock whose validity has not run out in true time.
+    fn check_exclusion(&self) {
+        for name in NAMES {
+            let holders: Vec<(usize, &Belief)> = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, cl)| cl.engine.is_some())
+                .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, b)))
+                .filter(|(i, b)| b.name == name && self.clients[*i].global(b.valid_until) > self.now)
+                .collect();
+            if holders.len() > 1 {
+                let list: Vec<String> = holders
+                    .iter()
+                    .map(|(i, b)| format!("client {i} token {} valid {:.6}s", b.fencing_token, self.clients[*i].global(b.valid_until) as f64 / 1e9))
+                    .collect();
+                self.fail(format!("two holders of {name}: {}", list.join(", ")));
+            }
+        }
+    }
+
+    fn command(&mut self, c: usize, kind: OpKind, cmd: impl FnOnce(OpId) -> Command) {
+        let client = &mut self.clients[c];
+        let op = OpId(client.next_op);
+        client.next_op += 1;
+        client.ops.insert(op, kind);
+        let cmd = cmd(op);
+        self.note(|| format!("c{c} cmd {cmd:?}"));
+        let local = self.clients[c].local(self.now);
+        if let Some(engine) = self.clients[c].engine.as_mut() {
+            engine.handle_input(local, Input::Command(cmd));
+        }
+        self.pump(c);
+    }
+
+    /// The application: acquires, releases, reenters, extends, cancels, pauses and crashes.
+    fn app(&mut self, c: usize) {
+        let next = self.rng.range(1, 40) * MS;
+        if !self.draining || !self.clients[c].beliefs.is_empty() || !self.clients[c].ops.is_empty() {
+            self.schedule(next, Msg::App { client: c });
+        }
+        if self.clients[c].engine.is_none() || self.clients[c].paused_until > self.now {
+            return;
+        }
+        if !self.draining && self.rng.chance(4) {
+            let pause = self.rng.range(10, 3000) * MS;
+            self.stats.pauses += 1;
+            self.note(|| format!("c{c} pauses for {}ms", pause / MS));
+            self.clients[c].paused_until = self.now + pause;
+            self.schedule(pause, Msg::Resume { client: c });
+            return;
+        }
+        if !self.draining && self.rng.chance(2) {
+            self.stats.crashes += 1;
+            self.note(|| format!("c{c} crashes"));
+            let client = &mut self.clients[c];
+            client.engine = None;
+            client.beliefs.clear();
+            client.ops.clear();
+            let down = self.rng.range(10, 2000) * MS;
+            self.schedule(down, Msg::Restart { client: c });
+            return;
+        }
+
+        // Release what is due (or everything, when draining).
+        let due: Vec<HoldId> = self.clients[c]
+            .beliefs
+            .iter()
+            .filter(|(h, b)| b.release_at <= self.now && !self.clients[c].ops.values().any(|k| matches!(k, OpKind::Release { hold } if hold == *h)))
+            .map(|(h, _)| *h)
+            .collect();
+        if let Some(&hold) = due.first() {
+            let b = self.clients[c].beliefs.get_mut(&hold).expect("belief");
+            b.count -= 1;
+            if b.count == 0 {
+                self.clients[c].beliefs.remove(&hold);
+            } else {
+                b.release_at = self.now;
+            }
+            return self.command(c, OpKind::Release { hold }, |op| Command::Release { op, hold });
+        }
+        if self.draining {
+            return;
+        }
+
+        let roll = self.rng.below(100);
+        let held: Vec<HoldId> = self.clients[c].beliefs.keys().copied().collect();
+        if roll < 10 && !held.is_empty() {
+            let hold = *self.rng.pick(&held);
+            let lease = Duration::from_millis(*self.rng.pick(&[100, 500, 2000]));
+            return self.command(c, OpKind::Extend, |op| Command::Extend { op, hold, lease });
+        }
+        if roll < 15 {
+            let pending: Vec<OpId> = self.clients[c]
+                .ops
+                .iter()
+                .filter(|(_, k)| matches!(k, OpKind::Acquire { .. }))
+                .map(|(op, _)| *op)
+                .collect();
+            if let Some(&target) = pending.first() {
+                self.note(|| format!("c{c} cancels {target:?}"));
+                let local = self.clients[c].local(self.now);
+                if let Some(engine) = self.clients[c].engine.as_mut() {
+                    engine.handle_input(local, Input::Command(Command::Cancel { op: target }));
+                }
+                return self.pump(c);
+            }
+        }
+        if roll < 70 {
+            let name = (*self.rng.pick(&NAMES)).to_owned();
+            let owner = self.rng.range(1, 2);
+            // One outstanding acquire per (name, owner); reentry when held.
+            if self.clients[c].ops.values().any(|k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner)) {
+                return;
+            }
+            let lease = Duration::from_millis(*self.rng.pick(&[30, 200, 1000]));
+            let local = self.clients[c].local(self.now);
+            let wait = match self.rng.below(10) {
+                0..=2 => Wait::No,
+                3..=8 => Wait::Until(local + Duration::from_millis(self.rng.range(0, 2500))),
+                _ => Wait::Forever,
+            };
+            let max_hold = self.rng.chance(100).then(|| Duration::from_millis(self.rng.range(50, 2000)));
+            let kind = OpKind::Acquire { name: name.clone(), owner };
+            return self.command(c, kind, |op| Command::Acquire(Acquire { op, name, owner, lease, wait, max_hold }));
+        }
+    }
+
+    fn server(&mut self, c: usize, incarnation: u32, request: Request) {
+        let reply = match request.op {
+            RedisOp::Subscribe { channel } => {
+                self.subscribers.insert(channel, (c, incarnation));
+                Ok(Value::Status("OK".into()))
+            }
+            RedisOp::Eval { script, keys, args } => {
+                let now_ms = SERVER_EPOCH_MS + self.now / MS;
+                match self.store.eval(now_ms, script, &keys, &args) {
+                    Ok(outcome) => {
+                        for (channel, payload) in outcome.published {
+                            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
+                                let input = Input::Notice(Notice::Message { channel, payload });
+                                self.send(Msg::ToClient { client: to, incarnation: inc, input });
+                            }
+                        }
+                        Ok(outcome.reply)
+                    }
+                    Err(e) => self.fail(format!("script {} failed: {e}", script.name())),
+                }
+            }
+        };
+        let input = Input::Reply { id: request.id, reply };
+        self.send(Msg::ToClient { client: c, incarnation, input });
+    }
+
+    fn step(&mut self) -> bool {
+        let Some(Reverse((at, _, id))) = self.queue.pop() else { return false };
+        let msg = self.msgs.remove(&id).expect("message");
+        self.now = at;
+        self.steps += 1;
+        match msg {
+            Msg::ToServer { client, incarnation, request } => self.server(client, incarnation, request),
+            Msg::ToClient { client, incarnation, input } => {
+                let cl = &self.clients[client];
+                if cl.incarnation == incarnation && cl.engine.is_some() {
+                    if cl.paused_until > self.now {
+                        // A paused process reads its socket when it wakes up.
+                        let later = cl.paused_until - self.now;
+                        self.schedule(later, Msg::ToClient { client, incarnation, input });
+                    } else {
+                        let local = cl.local(self.now);
+                        self.note(|| format!("c{client} <- {input:?}"));
+                        self.clients[client].engine.as_mut().expect("engine").handle_input(local, input);
+                        self.pump(client);
+                    }
+                }
+            }
+            Msg::Wake { client, incarnation, at } => {
+                let cl = &self.clients[client];
+                let live = cl.incarnation == incarnation && cl.engine.is_some();
+                if live && cl.next_wake == Some(at) && cl.paused_until <= self.now {
+                    let local = cl.local(self.now);
+                    self.clients[client].next_wake = None;
+                    self.clients[client].engine.as_mut().expect("engine").handle_timeout(local);
+                    self.pump(client);
+                }
+            }
+            Msg::App { client } => self.app(client),
+            Msg::Resume { client } => {
+                self.clients[client].next_wake = None;
+                let local = self.clients[client].local(self.now);
+                if let Some(engine) = self.clients[client].engine.as_mut() {
+                    engine.handle_timeout(local);
+                }
+                self.pump(client);
+            }
+            Msg::Restart { client } => self.start_client(client),
+        }
+        self.check_exclusion();
+        true
+    }
+
+    fn run(mut self, steps: u64) -> Stats {
+        while self.steps < steps {
+            if !self.step() {
+                break;
+            }
+        }
+        // Drain: no more faults or new commands; everything pending must end.
+        self.draining = true;
+        for c in 0..self.clients.len() {
+            self.clients[c].paused_until = self.clients[c].paused_until.min(self.now);
+            for b in self.clients[c].beliefs.values_mut() {
+                b.release_at = 0;
+            }
+            self.schedule(0, Msg::App { client: c });
+        }
+        let limit = self.now + DRAIN_LIMIT;
+        while self.now < limit && self.clients.iter().any(|c| !c.ops.is_empty()) {
+            if !self.step() {
+                break;
+            }
+        }
+        for (c, client) in self.clients.iter().enumerate() {
+            if client.engine.is_some() && !client.ops.is_empty() {
+                self.fail(format!("client {c}: commands never ended: {:?}", client.ops));
+            }
+        }
+        self.stats.steps = self.steps;
+        self.stats
+    }
+}
+
+fn describe(op: &RedisOp) -> String {
+    match op {
+        RedisOp::Eval { script, keys, args } => format!("{} {} {}", script.name(), keys[0], args.join(" ")),
+        RedisOp::Subscribe { channel } => format!("subscribe {channel}"),
+    }
+}
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn simulation() {
+    let trace = std::env::var_os("DLOCK_SIM_TRACE").is_some();
+    let seeds: Vec<u64> = match env("DLOCK_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => (1..=env("DLOCK_SIM_SEEDS").unwrap_or(220)).collect(),
+    };
+    let mut total = Stats::default();
+    for &seed in &seeds {
+        let s = World::new(seed, trace).run(STEPS_PER_SEED);
+        total.steps += s.steps;
+        total.acquired += s.acquired;
+        total.lost += s.lost;
+        total.pauses += s.pauses;
+        total.crashes += s.crashes;
+    }
+    println!(
+        "simulation: {} seeds ({}..={}), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, 0 violations",
+        seeds.len(),
+        seeds[0],
+        seeds[seeds.len() - 1],
+        total.steps,
+        total.acquired,
+        total.lost,
+        total.pauses,
+        total.crashes
+    );
+    if seeds.len() > 1 {
+        assert!(total.steps >= 1_000_000, "only {} steps simulated", total.steps);
+        assert!(total.acquired > 10_000 && total.lost > 100, "the simulation exercised too little: {total:?}");
+    }
+}
