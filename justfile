@@ -1,0 +1,37 @@
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Every cargo build of the workspace shares one target dir.
+export CARGO_TARGET_DIR := justfile_directory() / "target"
+
+# List the recipes.
+default:
+    @just --list
+
+# The demo: workers contending for one lock on the embedded memory backend (no server needed).
+demo:
+    cargo run --quiet -p dlock-core --example demo
+
+# Every test. Installs what is missing first.
+test: setup
+    cargo test --workspace --no-fail-fast -- --skip simulation
+    cargo test -p dlock-core --test simulation -- --nocapture
+    just core-is-sans-io
+    cargo build -p dlock-core --target wasm32-wasip2
+
+# Install the toolchain pieces and services the tests need.
+setup:
+    scripts/setup
+
+# dlock-core's normal dependency tree is itself alone: no I/O, clock or RNG crates.
+core-is-sans-io:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    deps=$(cargo tree -p dlock-core -e normal --prefix none --quiet | sort -u)
+    if [ "$(echo "$deps" | wc -l)" != 1 ]; then
+      echo "dlock-core must have no normal dependencies, found:"; echo "$deps"; exit 1
+    fi
+    echo "dlock-core is sans-IO: no normal dependencies"
+
+# A long simulation run: `just simulate 20000` runs 20,000 seeds.
+simulate seeds="2000":
+    DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture
