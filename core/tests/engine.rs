@@ -1,0 +1,491 @@
+//! The engine's contract, case by case, on the reference Redis with an instant network.
+
+use std::time::Duration;
+
+use dlock_core::redis::reference::Store;
+use dlock_core::redis::{self, LockKeys, RedisOp, Value};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason, NotAcquired,
+    Notice, OpId, Output, Request, Wait, drift,
+};
+
+const EPOCH_MS: u64 = 1_764_000_000_000;
+const SEC: Duration = Duration::from_secs(1);
+
+/// Engines and the reference Redis, with a network that delivers at once (or not at all).
+struct Bed {
+    store: Store,
+    now: Instant,
+    engines: Vec<Engine>,
+    events: Vec<Vec<Event>>,
+    /// Requests a client sent while its link was cut: never answered.
+    cut: Vec<bool>,
+    sent: Vec<Vec<RedisOp>>,
+}
+
+impl Bed {
+    fn new(clients: usize) -> Self {
+        let now = Instant::from_nanos(1_000_000_000);
+        let engines = (0..clients)
+            .map(|i| Engine::new(Config::new(ClientId(0xabc0 + i as u128)), now).expect("config"))
+            .collect();
+        let mut bed = Bed {
+            store: Store::new(),
+            now,
+            engines,
+            events: vec![Vec::new(); clients],
+            cut: vec![false; clients],
+            sent: vec![Vec::new(); clients],
+        };
+        bed.settle();
+        bed
+    }
+
+    fn cmd(&mut self, c: usize, cmd: Command) {
+        self.engines[c].handle_input(self.now, Input::Command(cmd));
+        self.settle();
+    }
+
+    fn acquire(&mut self, c: usize, op: u64, name: &str, wait: Wait) {
+        self.cmd(c, acquire(op, name, 1, 10 * SEC, wait));
+    }
+
+    fn advance(&mut self, d: Duration) {
+        let end = self.now + d;
+        // Step through every timer on the way, as a driver sleeping until poll_timeout would.
+        loop {
+            let next = self.engines.iter().filter_map(|e| e.poll_timeout()).min();
+            match next {
+                Some(at) if at <= end => {
+                    self.now = self.now.max(at);
+                    for e in &mut self.engines {
+                        e.handle_timeout(self.now);
+                    }
+                    self.settle();
+                }
+                _ => break,
+            }
+        }
+        self.now = end;
+        for e in &mut self.engines {
+            e.handle_timeout(end);
+        }
+        self.settle();
+    }
+
+    fn settle(&mut self) {
+        loop {
+            let mut progress = false;
+            for c in 0..self.engines.len() {
+                while let Some(out) = self.engines[c].poll_output() {
+                    progress = true;
+                    match out {
+                        Output::Event(e) => self.events[c].push(e),
+                        Output::Request(r) => self.serve(c, r),
+                    }
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn serve(&mut self, c: usize, Request { id, op }: Request) {
+        self.sent[c].push(op.clone());
+        if self.cut[c] {
+            return;
+        }
+        let reply = match op {
+            RedisOp::Subscribe { .. } => Ok(Value::Status("OK".into())),
+            RedisOp::Eval { script, keys, args } => {
+                let ms = EPOCH_MS + self.now.as_nanos() / 1_000_000;
+                let outcome = self.store.eval(ms, script, &keys, &args).expect("script runs");
+                for (channel, payload) in outcome.published {
+                    if let Some(to) = self.engines.iter().position(|e| e.wake_channel() == channel) {
+                        let notice = Notice::Message { channel, payload };
+                        self.engines[to].handle_input(self.now, Input::Notice(notice));
+                    }
+                }
+                Ok(outcome.reply)
+            }
+        };
+        self.engines[c].handle_input(self.now, Input::Reply { id, reply });
+    }
+
+    fn take(&mut self, c: usize) -> Vec<Event> {
+        std::mem::take(&mut self.events[c])
+    }
+
+    fn take_sent(&mut self, c: usize) -> Vec<RedisOp> {
+        std::mem::take(&mut self.sent[c])
+    }
+}
+
+fn acquire(op: u64, name: &str, owner: u64, lease: Duration, wait: Wait) -> Command {
+    Command::Acquire(Acquire { op: OpId(op), name: name.into(), owner, lease, wait, max_hold: None })
+}
+
+fn acquired(events: &[Event]) -> (HoldId, u64, u32) {
+    match events {
+        [Event::Acquired { hold, fencing_token, count, .. }] => (*hold, *fencing_token, *count),
+        other => panic!("expected one Acquired, got {other:?}"),
+    }
+}
+
+#[test]
+fn invalid_input_is_refused_before_anything_is_sent() {
+    let mut bed = Bed::new(1);
+    bed.take_sent(0);
+    let long = "x".repeat(1025);
+    let cases: Vec<(Command, Error)> = vec![
+        (acquire(1, "", 1, SEC, Wait::No), Error::EmptyName),
+        (acquire(2, &long, 1, SEC, Wait::No), Error::NameTooLong { len: 1025 }),
+        (acquire(3, "a", 1, Duration::ZERO, Wait::No), Error::InvalidLease { lease: Duration::ZERO }),
+        (acquire(4, "a", 1, Duration::from_millis(9), Wait::No), Error::InvalidLease { lease: Duration::from_millis(9) }),
+        (acquire(5, "a", 1, Duration::from_secs(8 * 86400), Wait::No), Error::InvalidLease { lease: Duration::from_secs(8 * 86400) }),
+        (
+            Command::Acquire(Acquire {
+                op: OpId(6),
+                name: "a".into(),
+                owner: 1,
+                lease: SEC,
+                wait: Wait::No,
+                max_hold: Some(Duration::ZERO),
+            }),
+            Error::InvalidLease { lease: Duration::ZERO },
+        ),
+        (Command::Release { op: OpId(7), hold: HoldId(99) }, Error::NotHeld { hold: HoldId(99) }),
+        (Command::Extend { op: OpId(8), hold: HoldId(99), lease: SEC }, Error::NotHeld { hold: HoldId(99) }),
+    ];
+    for (cmd, expected) in cases {
+        let op = match &cmd {
+            Command::Acquire(a) => a.op,
+            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
+            Command::Cancel { op } => *op,
+        };
+        bed.cmd(0, cmd);
+        assert_eq!(bed.take(0), [Event::Failed { op, error: expected.clone() }]);
+        assert!(expected.is_misuse());
+        assert!(bed.take_sent(0).is_empty(), "{expected:?} sent a request");
+    }
+    // A 1024-byte name is fine.
+    bed.acquire(0, 9, &"y".repeat(1024), Wait::No);
+    acquired(&bed.take(0));
+}
+
+#[test]
+fn a_busy_op_id_is_refused_and_the_first_command_goes_on() {
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "a", Wait::No);
+    acquired(&bed.take(0));
+    bed.acquire(1, 1, "a", Wait::Forever);
+    bed.acquire(1, 1, "b", Wait::No);
+    assert_eq!(bed.take(1), [Event::Failed { op: OpId(1), error: Error::DuplicateOp { op: OpId(1) } }]);
+    bed.cmd(1, Command::Cancel { op: OpId(1) });
+    assert_eq!(bed.take(1), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::Cancelled }]);
+}
+
+#[test]
+fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
+    let mut bed = Bed::new(1);
+    let keys = LockKeys::new("orders/42");
+    bed.acquire(0, 1, "orders/42", Wait::No);
+    let (hold, token, count) = acquired(&bed.take(0));
+    assert_eq!((token, count), (1, 1));
+
+    bed.acquire(0, 2, "orders/42", Wait::No);
+    assert_eq!(acquired(&bed.take(0)), (hold, 1, 2));
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    assert_eq!(bed.store.hget_at(ms, &keys.lock, "count").unwrap().as_deref(), Some("2"));
+
+    // Another owner of the same engine is another contender.
+    bed.cmd(0, acquire(3, "orders/42", 2, SEC, Wait::No));
+    assert_eq!(bed.take(0), [Event::NotAcquired { op: OpId(3), reason: NotAcquired::Busy }]);
+
+    bed.cmd(0, Command::Release { op: OpId(4), hold });
+    assert_eq!(bed.take(0), [Event::Released { op: OpId(4), hold, count: 1 }]);
+    assert_eq!(bed.store.hget_at(ms, &keys.lock, "count").unwrap().as_deref(), Some("1"));
+    bed.cmd(0, Command::Release { op: OpId(5), hold });
+    assert_eq!(bed.take(0), [Event::Released { op: OpId(5), hold, count: 0 }]);
+    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+
+    // The next tenure gets the next token; the fence counter stays.
+    bed.cmd(0, acquire(6, "orders/42", 2, SEC, Wait::No));
+    let (hold2, token2, _) = acquired(&bed.take(0));
+    assert_ne!(hold2, hold);
+    assert_eq!(token2, 2);
+    bed.cmd(0, Command::Release { op: OpId(7), hold });
+    assert_eq!(bed.take(0), [Event::Failed { op: OpId(7), error: Error::NotHeld { hold } }]);
+}
+
+#[test]
+fn release_hands_the_lock_to_waiters_in_fifo_order_and_wakes_only_the_next() {
+    let mut bed = Bed::new(3);
+    bed.acquire(0, 1, "job", Wait::No);
+    let (hold0, _, _) = acquired(&bed.take(0));
+    bed.acquire(1, 1, "job", Wait::Forever);
+    bed.advance(Duration::from_millis(1));
+    bed.acquire(2, 1, "job", Wait::Forever);
+    assert!(bed.take(1).is_empty() && bed.take(2).is_empty());
+    bed.take_sent(1);
+
+    bed.cmd(0, Command::Release { op: OpId(2), hold: hold0 });
+    assert_eq!(bed.take(0), [Event::Released { op: OpId(2), hold: hold0, count: 0 }]);
+    // The wake-up alone made client 1 the holder: it acquired without another acquire request.
+    let (hold1, token1, _) = acquired(&bed.take(1));
+    assert_eq!(token1, 2);
+    assert!(bed.take_sent(1).iter().all(|op| matches!(op, RedisOp::Eval { script: redis::Script::Extend, .. })));
+    assert!(bed.take(2).is_empty());
+
+    bed.cmd(1, Command::Release { op: OpId(2), hold: hold1 });
+    let (_, token2, _) = acquired(&bed.take(2));
+    assert_eq!(token2, 3);
+}
+
+#[test]
+fn a_hand_off_is_valid_for_the_waiter_lease_from_the_last_refresh_until_renewed() {
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "job", Wait::No);
+    let (hold0, _, _) = acquired(&bed.take(0));
+    bed.acquire(1, 1, "job", Wait::Forever);
+    let queued_at = bed.now;
+    bed.cut[1] = true; // the renewal after the hand-off will never be answered
+    bed.cmd(0, Command::Release { op: OpId(2), hold: hold0 });
+    let wl = Config::new(ClientId(0)).waiter_lease;
+    match bed.take(1).as_slice() {
+        [Event::Acquired { valid_until, .. }] => assert_eq!(*valid_until, queued_at + wl - drift(wl)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn validity_runs_out_without_renewal_and_the_lock_is_reported_lost() {
+    let mut bed = Bed::new(1);
+    bed.acquire(0, 1, "a", Wait::No);
+    let sent = bed.now;
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.cut[0] = true;
+    let lease = 10 * SEC;
+    let valid_until = sent + lease - drift(lease);
+    bed.advance(valid_until.saturating_duration_since(bed.now) - Duration::from_nanos(1));
+    assert!(bed.take(0).is_empty(), "lost too early");
+    bed.advance(Duration::from_nanos(1));
+    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::Expired }]);
+    assert_eq!(bed.engines[0].hold(hold), None);
+}
+
+#[test]
+fn the_watchdog_renews_at_a_third_of_the_lease() {
+    let mut bed = Bed::new(1);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.take_sent(0);
+    bed.advance(10 * SEC / 3 - Duration::from_millis(1));
+    assert!(bed.take_sent(0).is_empty());
+    bed.advance(Duration::from_millis(1));
+    assert_eq!(bed.take_sent(0).len(), 1);
+    match bed.take(0).as_slice() {
+        [Event::Renewed { hold: h, valid_until }] => {
+            assert_eq!(*h, hold);
+            assert_eq!(*valid_until, bed.now + 10 * SEC - drift(10 * SEC));
+        }
+        other => panic!("{other:?}"),
+    }
+    // An hour later it is still held.
+    bed.advance(Duration::from_secs(3600));
+    assert!(bed.take(0).iter().all(|e| matches!(e, Event::Renewed { .. })));
+    assert!(bed.engines[0].hold(hold).is_some());
+}
+
+#[test]
+fn renewals_are_batched_across_locks() {
+    let mut bed = Bed::new(1);
+    for i in 0..250 {
+        bed.acquire(0, i, &format!("lock-{i}"), Wait::No);
+    }
+    assert_eq!(bed.take(0).len(), 250);
+    bed.take_sent(0);
+    bed.advance(10 * SEC / 3);
+    let sent = bed.take_sent(0);
+    assert_eq!(sent.len(), 3, "250 renewals in batches of at most 100");
+    assert_eq!(bed.take(0).len(), 250);
+}
+
+#[test]
+fn max_hold_stops_renewal_and_releases() {
+    let mut bed = Bed::new(2);
+    bed.cmd(
+        0,
+        Command::Acquire(Acquire {
+            op: OpId(1),
+            name: "a".into(),
+            owner: 1,
+            lease: SEC,
+            wait: Wait::No,
+            max_hold: Some(Duration::from_millis(2500)),
+        }),
+    );
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.acquire(1, 1, "a", Wait::Forever);
+    bed.advance(Duration::from_millis(2499));
+    assert!(bed.take(0).iter().all(|e| matches!(e, Event::Renewed { .. })));
+    bed.advance(Duration::from_millis(1));
+    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::MaxHold }]);
+    // It was released, and so handed to the waiter at once.
+    let events = bed.take(1);
+    assert!(matches!(events[0], Event::Acquired { .. }), "{events:?}");
+}
+
+#[test]
+fn waits_end_by_deadline_or_cancel_and_leave_the_queue() {
+    let mut bed = Bed::new(3);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    let deadline = bed.now + Duration::from_millis(500);
+    bed.acquire(1, 1, "a", Wait::Until(deadline));
+    bed.acquire(2, 1, "a", Wait::Forever);
+    bed.advance(Duration::from_millis(499));
+    assert!(bed.take(1).is_empty());
+    bed.advance(Duration::from_millis(1));
+    assert_eq!(bed.take(1), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::TimedOut }]);
+    bed.cmd(2, Command::Cancel { op: OpId(1) });
+    assert_eq!(bed.take(2), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::Cancelled }]);
+    // Cancelling again, or an unknown op, does nothing.
+    bed.cmd(2, Command::Cancel { op: OpId(1) });
+    assert!(bed.take(2).is_empty());
+    // Both left the queue: the release frees the lock outright.
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    let keys = LockKeys::new("a");
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+    assert!(bed.store.is_empty(ms) || bed.store.len(ms) == 1, "only the fence counter stays");
+}
+
+#[test]
+fn a_lost_wake_up_costs_at_most_a_third_of_the_waiter_lease() {
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.acquire(1, 1, "a", Wait::Forever);
+    // Release behind the engines' backs: the hand-off's message reaches nobody.
+    let keys = LockKeys::new("a");
+    let token = redis::owner_token(ClientId(0xabc0), hold.0);
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    let RedisOp::Eval { script, keys, args } = redis::release(&keys, &token, 0) else { unreachable!() };
+    bed.store.eval(ms, script, &keys, &args).unwrap();
+    let wl = Config::new(ClientId(0)).waiter_lease;
+    bed.advance(wl / 3);
+    acquired(&bed.take(1));
+}
+
+#[test]
+fn malformed_replies_fail_the_command_and_never_panic() {
+    let garbage = [
+        Value::Nil,
+        Value::Int(7),
+        Value::Status("OK".into()),
+        Value::Data(b"\xff\xfe".to_vec()),
+        Value::Array(vec![]),
+        Value::Array(vec![Value::Int(1)]),
+        Value::Array(vec![Value::Int(1), Value::Int(-5), Value::Int(1)]),
+        Value::Array(vec![Value::Int(1), Value::Int(3), Value::Int(0)]),
+        Value::Array(vec![Value::Int(9), Value::Int(9)]),
+        Value::Array(vec![Value::Data(b"1".to_vec()), Value::Int(1), Value::Int(1)]),
+        Value::Array(vec![Value::Array(vec![])]),
+    ];
+    for value in garbage {
+        let now = Instant::from_nanos(1);
+        let mut engine = Engine::new(Config::new(ClientId(1)), now).unwrap();
+        let _ = engine.poll_output();
+        engine.handle_input(now, Input::Command(acquire(1, "a", 1, SEC, Wait::Forever)));
+        let Some(Output::Request(req)) = engine.poll_output() else { panic!("no request") };
+        engine.handle_input(now, Input::Reply { id: req.id, reply: Ok(value.clone()) });
+        let events: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
+        assert!(
+            events.iter().any(|o| matches!(o, Output::Event(Event::Failed { error: Error::MalformedReply(_), .. }))),
+            "{value:?} gave {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_renewal_refused_by_the_server_loses_the_lock_at_once() {
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    // Someone deletes the key (an operator, a failover that lost the write).
+    bed.store = Store::new();
+    bed.advance(10 * SEC / 3);
+    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::NotOwner }]);
+    // Transport errors are retried instead, until validity runs out.
+    bed.acquire(1, 1, "b", Wait::No);
+    let (hold_b, _, _) = acquired(&bed.take(1));
+    bed.cut[1] = true;
+    bed.take_sent(1);
+    bed.advance(9 * SEC);
+    let extends = bed.take_sent(1).len();
+    assert!(extends >= 3, "renewal retried only {extends} times");
+    bed.advance(SEC);
+    assert_eq!(bed.take(1), [Event::Lost { hold: hold_b, reason: LostReason::Expired }]);
+}
+
+#[test]
+fn time_never_goes_backwards() {
+    let mut bed = Bed::new(1);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    let valid_until = bed.engines[0].hold(hold).unwrap().valid_until;
+    bed.cut[0] = true;
+    bed.advance(20 * SEC);
+    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::Expired }]);
+    // An older `now` is taken as the newest seen: nothing revives or moves.
+    bed.engines[0].handle_timeout(valid_until - 5 * SEC);
+    bed.engines[0].handle_input(Instant::from_nanos(0), Input::Command(acquire(2, "b", 1, SEC, Wait::No)));
+    bed.settle();
+    assert!(bed.engines[0].hold(hold).is_none());
+}
+
+#[test]
+fn closing_is_sticky() {
+    let mut bed = Bed::new(1);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.cut[0] = true;
+    bed.acquire(0, 2, "b", Wait::Forever);
+    bed.engines[0].handle_input(bed.now, Input::Notice(Notice::Closed));
+    bed.settle();
+    let events = bed.take(0);
+    assert!(events.contains(&Event::Lost { hold, reason: LostReason::Closed }), "{events:?}");
+    assert!(events.contains(&Event::Failed { op: OpId(2), error: Error::Closed }), "{events:?}");
+    bed.acquire(0, 3, "c", Wait::No);
+    assert_eq!(bed.take(0), [Event::Failed { op: OpId(3), error: Error::Closed }]);
+    assert_eq!(bed.engines[0].poll_timeout(), None);
+}
+
+#[test]
+fn names_cannot_escape_their_hash_tag() {
+    for name in ["a{b}c", "}", "{", "%7B", "{}", "x%y"] {
+        let keys = LockKeys::new(name);
+        for key in [&keys.lock, &keys.fence, &keys.queue, &keys.waiters] {
+            let open = key.find('{').unwrap();
+            let close = open + key[open..].find('}').unwrap();
+            assert_eq!(&key[open + 1..close], redis::escape(name));
+            assert!(!redis::escape(name).contains(['{', '}']));
+        }
+    }
+    assert_ne!(redis::escape("%7B"), redis::escape("{"));
+    assert_eq!(redis::escape("a{b}c%"), "a%7Bb%7Dc%25");
+}
+
+#[test]
+fn owner_tokens_are_unique_per_tenure_and_parse_back() {
+    let client = ClientId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+    let token = redis::owner_token(client, 0x2a);
+    assert_eq!(token, "0123456789abcdef0011223344556677-2a");
+    assert_eq!(redis::token_seq(client, &token), Some(0x2a));
+    assert_eq!(redis::token_seq(ClientId(1), &token), None);
+    for bad in ["", "-", "0123456789abcdef0011223344556677-", "0123456789abcdef0011223344556677-+1", "x-1"] {
+        assert_eq!(redis::token_seq(client, bad), None, "{bad:?}");
+    }
+}
