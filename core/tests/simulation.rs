@@ -587,7 +587,7 @@ fn simulation() {
     let trace = std::env::var_os("DLOCK_SIM_TRACE").is_some();
     let seeds: Vec<u64> = match env("DLOCK_SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (1..=env("DLOCK_SIM_SEEDS").unwrap_or(220)).collect(),
+        None => (1..=env("DLOCK_SIM_SEEDS").unwrap_or(2000)).collect(),
     };
     let mut total = Stats::default();
     for &seed in &seeds {
