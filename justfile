@@ -13,10 +13,11 @@ demo:
 
 # Every test. Installs what is missing first.
 test: setup
-    cargo test --workspace --no-fail-fast -- --skip simulation
-    cargo test -p dlock-core --test simulation -- --nocapture
     just core-is-sans-io
     cargo build -p dlock-core --target wasm32-wasip2
+    cargo clippy --workspace --all-targets -- -D warnings
+    cargo test --workspace --no-fail-fast -- --skip simulation
+    cargo test -p dlock-core --test simulation -- --nocapture
 
 # Install the toolchain pieces and services the tests need.
 setup:

@@ -141,11 +141,10 @@ fn main() {
             }
         }
         // Only wake a worker for its timers while someone still wants the lock.
-        if workers.iter().any(|w| w.rounds < ROUNDS) {
-            if let Some(at) = workers[worker].engine.poll_timeout() {
+        if workers.iter().any(|w| w.rounds < ROUNDS)
+            && let Some(at) = workers[worker].engine.poll_timeout() {
                 net.schedule(at.max(now), Delivery::Timer { worker });
             }
-        }
         if workers.iter().all(|w| w.rounds == ROUNDS) {
             break;
         }

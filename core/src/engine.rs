@@ -572,11 +572,10 @@ impl Engine {
                 }
             }
             Timer::Refresh(seq) => {
-                if let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get(&seq) {
-                    if !p.in_flight {
+                if let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get(&seq)
+                    && !p.in_flight {
                         self.send_acquire(seq);
                     }
-                }
             }
             Timer::Subscribe => self.subscribe(),
         }
@@ -593,12 +592,11 @@ impl Engine {
         }));
         let mut items = Vec::with_capacity(due.len());
         for s in due {
-            if let Some(Tenure { state: State::Held(h), lease, .. }) = self.tenures.get_mut(&s) {
-                if !h.renewing {
+            if let Some(Tenure { state: State::Held(h), lease, .. }) = self.tenures.get_mut(&s)
+                && !h.renewing {
                     h.renewing = true;
                     items.push((s, *lease));
                 }
-            }
         }
         for chunk in items.chunks(self.config.max_batch) {
             let req = redis::extend(chunk.iter().map(|(s, lease)| {

@@ -314,11 +314,10 @@ impl World {
                 | (OpKind::Extend, Event::Extended { .. } | Event::Failed { .. }) => {}
                 _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
             }
-            if let Event::Failed { error, .. } = &event {
-                if error.is_misuse() && !matches!(error, dlock_core::Error::NotHeld { .. } | dlock_core::Error::AlreadyWaiting { .. }) {
+            if let Event::Failed { error, .. } = &event
+                && error.is_misuse() && !matches!(error, dlock_core::Error::NotHeld { .. } | dlock_core::Error::AlreadyWaiting { .. }) {
                     self.fail(format!("client {c}: unexpected misuse error {error:?}"));
                 }
-            }
         }
         match event {
             Event::Renewed { hold, valid_until } | Event::Extended { hold, valid_until, .. } => {
@@ -463,7 +462,7 @@ impl World {
             };
             let max_hold = self.rng.chance(100).then(|| Duration::from_millis(self.rng.range(50, 2000)));
             let kind = OpKind::Acquire { name: name.clone(), owner };
-            return self.command(c, kind, |op| Command::Acquire(Acquire { op, name, owner, lease, wait, max_hold }));
+            self.command(c, kind, |op| Command::Acquire(Acquire { op, name, owner, lease, wait, max_hold }))
         }
     }
 

@@ -179,11 +179,10 @@ impl Store {
     fn live_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<Option<(String, i64)>, String> {
         loop {
             let Some(head) = self.lindex0(queue)? else { return Ok(None) };
-            if let Some(deadline) = self.zscore(waiters, &head)? {
-                if deadline > now as f64 {
+            if let Some(deadline) = self.zscore(waiters, &head)?
+                && deadline > now as f64 {
                     return Ok(Some((head, deadline as i64)));
                 }
-            }
             self.lpop(queue)?;
             self.zrem(waiters, &head)?;
         }
