@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
-use dlock_core::{Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Notice, OpId, Output, Wait};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Notice, OpId, Output, Wait,
+};
 
 const LOCK: &str = "nightly-report";
 const WORKERS: usize = 5;
@@ -17,9 +19,17 @@ const ROUNDS: u32 = 3;
 const LATENCY: Duration = Duration::from_micros(200);
 
 enum Delivery {
-    Server { worker: usize, request: dlock_core::Request },
-    Worker { worker: usize, input: Input },
-    Timer { worker: usize },
+    Server {
+        worker: usize,
+        request: dlock_core::Request,
+    },
+    Worker {
+        worker: usize,
+        input: Input,
+    },
+    Timer {
+        worker: usize,
+    },
 }
 
 struct Worker {
@@ -33,8 +43,14 @@ fn main() {
     let start = Instant::from_nanos(0);
     let mut workers: Vec<Worker> = (0..WORKERS)
         .map(|i| {
-            let engine = Engine::new(Config::new(ClientId(0xd10c_0000 + i as u128)), start).expect("config");
-            Worker { engine, next_op: 1, rounds: 0, asked_at: start }
+            let engine =
+                Engine::new(Config::new(ClientId(0xd10c_0000 + i as u128)), start).expect("config");
+            Worker {
+                engine,
+                next_op: 1,
+                rounds: 0,
+                asked_at: start,
+            }
         })
         .collect();
     let mut store = Store::new();
@@ -42,7 +58,9 @@ fn main() {
     let mut net = Network::default();
     let mut tokens = Vec::new();
 
-    println!("{WORKERS} workers, one lock ({LOCK:?}), each taking it {ROUNDS} times; virtual time.\n");
+    println!(
+        "{WORKERS} workers, one lock ({LOCK:?}), each taking it {ROUNDS} times; virtual time.\n"
+    );
     for (i, w) in workers.iter_mut().enumerate() {
         // Everyone asks at (almost) the same moment.
         let at = start + Duration::from_micros(10 * i as u64);
@@ -57,7 +75,13 @@ fn main() {
             wait: Wait::Forever,
             max_hold: None,
         };
-        net.schedule(at, Delivery::Worker { worker: i, input: Input::Command(Command::Acquire(acquire)) });
+        net.schedule(
+            at,
+            Delivery::Worker {
+                worker: i,
+                input: Input::Command(Command::Acquire(acquire)),
+            },
+        );
     }
 
     let mut now = start;
@@ -82,7 +106,10 @@ fn main() {
                         Ok(outcome.reply)
                     }
                 };
-                let input = Input::Reply { id: request.id, reply };
+                let input = Input::Reply {
+                    id: request.id,
+                    reply,
+                };
                 net.schedule(now + LATENCY, Delivery::Worker { worker, input });
                 continue;
             }
@@ -100,7 +127,11 @@ fn main() {
                 Output::Request(request) => {
                     net.schedule(now + LATENCY, Delivery::Server { worker, request });
                 }
-                Output::Event(Event::Acquired { hold, fencing_token, .. }) => {
+                Output::Event(Event::Acquired {
+                    hold,
+                    fencing_token,
+                    ..
+                }) => {
                     let w = &mut workers[worker];
                     let waited = now.saturating_duration_since(w.asked_at);
                     println!(
@@ -142,9 +173,10 @@ fn main() {
         }
         // Only wake a worker for its timers while someone still wants the lock.
         if workers.iter().any(|w| w.rounds < ROUNDS)
-            && let Some(at) = workers[worker].engine.poll_timeout() {
-                net.schedule(at.max(now), Delivery::Timer { worker });
-            }
+            && let Some(at) = workers[worker].engine.poll_timeout()
+        {
+            net.schedule(at.max(now), Delivery::Timer { worker });
+        }
         if workers.iter().all(|w| w.rounds == ROUNDS) {
             break;
         }

@@ -1,15 +1,15 @@
 //! The lock engine: a sans-IO state machine for reentrant, leased, fenced mutexes.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
 use crate::redis::{self, AcquireReply, LockKeys, Mode, RedisOp, ReleaseReply, Value};
 use crate::time::{Instant, drift};
 use crate::timers::{Timer, Timers};
 use crate::types::{
-    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, OpId, Output, Request,
-    RequestId, Wait,
+    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, OpId,
+    Output, Request, RequestId, Wait,
 };
 
 /// Engine settings. [`Config::new`] gives the defaults.
@@ -100,13 +100,30 @@ struct InFlight {
 #[derive(Debug)]
 enum Purpose {
     /// ACQUIRE for a pending tenure.
-    Acquire { seq: u64, mode: Mode },
+    Acquire {
+        seq: u64,
+        mode: Mode,
+    },
     /// ACQUIRE (refresh mode) by the owner of a held lock: reentry.
-    Reenter { seq: u64, op: OpId, lease: Duration },
+    Reenter {
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+    },
     /// Watchdog EXTEND for these tenures, with the lease each asked for.
-    Renew { items: Vec<(u64, Duration)> },
-    Release { seq: u64, op: OpId, count: u32 },
-    Extend { seq: u64, op: OpId, lease: Duration },
+    Renew {
+        items: Vec<(u64, Duration)>,
+    },
+    Release {
+        seq: u64,
+        op: OpId,
+        count: u32,
+    },
+    Extend {
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+    },
     /// Best-effort: give back what an abandoned tenure may have got. The reply is ignored.
     Cleanup,
     Subscribe,
@@ -144,7 +161,10 @@ impl Engine {
         check_lease(config.request_timeout)?;
         let mut engine = Self {
             channel: redis::wake_channel(config.client_id),
-            config: Config { max_batch: config.max_batch.max(1), ..config },
+            config: Config {
+                max_batch: config.max_batch.max(1),
+                ..config
+            },
             now,
             next_seq: 1,
             next_request: 1,
@@ -173,7 +193,9 @@ impl Engine {
     /// A snapshot of a held lock, `None` if it is not held.
     pub fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         let t = self.tenures.get(&hold.0)?;
-        let State::Held(h) = &t.state else { return None };
+        let State::Held(h) = &t.state else {
+            return None;
+        };
         Some(HoldInfo {
             name: t.name.clone(),
             owner: t.owner,
@@ -229,11 +251,17 @@ impl Engine {
             Command::Cancel { op } => return self.cancel(*op),
         };
         if self.ops.contains(&op) {
-            return self.event(Event::Failed { op, error: Error::DuplicateOp { op } });
+            return self.event(Event::Failed {
+                op,
+                error: Error::DuplicateOp { op },
+            });
         }
         self.ops.insert(op);
         if self.closed {
-            return self.finish(Event::Failed { op, error: Error::Closed });
+            return self.finish(Event::Failed {
+                op,
+                error: Error::Closed,
+            });
         }
         let result = match cmd {
             Command::Acquire(a) => self.acquire(a),
@@ -252,16 +280,33 @@ impl Engine {
         let max_hold = a.max_hold.map(check_lease).transpose()?;
 
         if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
-            let t = self.tenures.get_mut(&seq).ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+            let t = self
+                .tenures
+                .get_mut(&seq)
+                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
             return match &mut t.state {
                 State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
                 State::Held(h) => {
                     // The server's count mirrors granted levels plus reentries under way.
                     h.reentering += 1;
                     let count = h.count + h.reentering;
-                    let op_ = redis::acquire(&t.keys, &t.token, t.lease, count, Mode::Refresh, self.config.waiter_lease);
+                    let op_ = redis::acquire(
+                        &t.keys,
+                        &t.token,
+                        t.lease,
+                        count,
+                        Mode::Refresh,
+                        self.config.waiter_lease,
+                    );
                     let lease = t.lease;
-                    self.send(op_, Purpose::Reenter { seq, op: a.op, lease });
+                    self.send(
+                        op_,
+                        Purpose::Reenter {
+                            seq,
+                            op: a.op,
+                            lease,
+                        },
+                    );
                     Ok(())
                 }
             };
@@ -273,7 +318,11 @@ impl Engine {
             Wait::Until(t) if t <= self.now => Wait::No,
             w => w,
         };
-        let mode = if wait == Wait::No { Mode::Try } else { Mode::Wait };
+        let mode = if wait == Wait::No {
+            Mode::Try
+        } else {
+            Mode::Wait
+        };
         let token = redis::owner_token(self.config.client_id, seq);
         self.tenures.insert(
             seq,
@@ -284,7 +333,13 @@ impl Engine {
                 token,
                 lease,
                 max_hold,
-                state: State::Pending(Pending { op: a.op, wait, mode, queued: None, in_flight: false }),
+                state: State::Pending(Pending {
+                    op: a.op,
+                    wait,
+                    mode,
+                    queued: None,
+                    in_flight: false,
+                }),
             },
         );
         self.slots.insert((a.name, a.owner), seq);
@@ -298,7 +353,11 @@ impl Engine {
 
     fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
         let seq = hold.0;
-        let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) else {
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
             return Err(Error::NotHeld { hold });
         };
         h.count -= 1;
@@ -310,24 +369,47 @@ impl Engine {
         } else {
             // The application stops relying on the lock now, whatever the reply says.
             let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
-            self.send(redis::release(&t.keys, &t.token, 0), Purpose::Release { seq, op, count });
+            self.send(
+                redis::release(&t.keys, &t.token, 0),
+                Purpose::Release { seq, op, count },
+            );
         }
         Ok(())
     }
 
     fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
         let lease = check_lease(lease)?;
-        let Some(t @ Tenure { state: State::Held(_), .. }) = self.tenures.get(&hold.0) else {
+        let Some(
+            t @ Tenure {
+                state: State::Held(_),
+                ..
+            },
+        ) = self.tenures.get(&hold.0)
+        else {
             return Err(Error::NotHeld { hold });
         };
         let req = redis::extend([(t.keys.lock.as_str(), t.token.as_str(), lease)]);
-        self.send(req, Purpose::Extend { seq: hold.0, op, lease });
+        self.send(
+            req,
+            Purpose::Extend {
+                seq: hold.0,
+                op,
+                lease,
+            },
+        );
         Ok(())
     }
 
     fn cancel(&mut self, op: OpId) {
         if let Some(&seq) = self.acquires.get(&op) {
-            self.abandon(seq, Event::NotAcquired { op, reason: NotAcquired::Cancelled }, true);
+            self.abandon(
+                seq,
+                Event::NotAcquired {
+                    op,
+                    reason: NotAcquired::Cancelled,
+                },
+                true,
+            );
         }
     }
 
@@ -344,20 +426,25 @@ impl Engine {
             Purpose::Cleanup => {}
             Purpose::Subscribe => {
                 if reply.is_err() {
-                    self.timers.set(Timer::Subscribe, self.now + self.retry_delay());
+                    self.timers
+                        .set(Timer::Subscribe, self.now + self.retry_delay());
                 }
             }
         }
     }
 
     fn on_acquire(&mut self, seq: u64, mode: Mode, sent: Instant, reply: Result<Value, Error>) {
-        let Some(t) = self.tenures.get_mut(&seq) else { return };
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
         let lease = t.lease;
         let p = match &mut t.state {
             State::Pending(p) => p,
             State::Held(_) => {
                 // A hand-off notice won the race; a successful claim still renews the lease.
-                if let Ok(AcquireReply::Acquired { .. }) = reply.and_then(|v| redis::parse_acquire(&v)) {
+                if let Ok(AcquireReply::Acquired { .. }) =
+                    reply.and_then(|v| redis::parse_acquire(&v))
+                {
                     self.renewed(seq, sent, lease, false);
                 }
                 return;
@@ -367,7 +454,10 @@ impl Engine {
         let op = p.op;
         let waiting = p.wait != Wait::No;
         match reply.and_then(|v| redis::parse_acquire(&v)) {
-            Ok(AcquireReply::Acquired { fencing_token, count }) => {
+            Ok(AcquireReply::Acquired {
+                fencing_token,
+                count,
+            }) => {
                 let valid_until = sent + lease - drift(lease);
                 if valid_until > self.now {
                     self.held(seq, fencing_token, count, valid_until, sent + lease / 3);
@@ -375,11 +465,25 @@ impl Engine {
                     // The reply came too late to use; ask again (the owner path renews it).
                     self.send_acquire(seq);
                 } else {
-                    self.abandon(seq, Event::Failed { op, error: Error::Timeout }, true);
+                    self.abandon(
+                        seq,
+                        Event::Failed {
+                            op,
+                            error: Error::Timeout,
+                        },
+                        true,
+                    );
                 }
             }
             Ok(AcquireReply::Busy) if mode == Mode::Try => {
-                self.abandon(seq, Event::NotAcquired { op, reason: NotAcquired::Busy }, false);
+                self.abandon(
+                    seq,
+                    Event::NotAcquired {
+                        op,
+                        reason: NotAcquired::Busy,
+                    },
+                    false,
+                );
             }
             Ok(AcquireReply::Queued { latest }) if mode != Mode::Try => {
                 if p.queued.is_none_or(|(at, _)| at < sent) {
@@ -396,10 +500,13 @@ impl Engine {
                 self.send_acquire(seq);
             }
             Ok(other) => {
-                let error = Error::MalformedReply(format!("acquire in mode {mode:?} replied {other:?}"));
+                let error =
+                    Error::MalformedReply(format!("acquire in mode {mode:?} replied {other:?}"));
                 self.abandon(seq, Event::Failed { op, error }, true);
             }
-            Err(error @ Error::MalformedReply(_)) => self.abandon(seq, Event::Failed { op, error }, true),
+            Err(error @ Error::MalformedReply(_)) => {
+                self.abandon(seq, Event::Failed { op, error }, true)
+            }
             Err(error) if !waiting => self.abandon(seq, Event::Failed { op, error }, true),
             Err(_) => {
                 let at = self.now + self.retry_delay();
@@ -408,20 +515,42 @@ impl Engine {
         }
     }
 
-    fn on_reenter(&mut self, seq: u64, op: OpId, lease: Duration, sent: Instant, reply: Result<Value, Error>) {
+    fn on_reenter(
+        &mut self,
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
         let hold = HoldId(seq);
-        let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) else {
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
             // Released or lost while the reentry was under way.
-            return self.finish(Event::Failed { op, error: Error::LockLost { hold } });
+            return self.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
         };
         h.reentering -= 1;
         match reply.and_then(|v| redis::parse_acquire(&v)) {
-            Ok(AcquireReply::Acquired { fencing_token, .. }) if fencing_token == h.fencing_token => {
+            Ok(AcquireReply::Acquired { fencing_token, .. })
+                if fencing_token == h.fencing_token =>
+            {
                 h.count += 1;
                 let count = h.count;
                 self.renewed(seq, sent, lease, false);
                 let valid_until = self.hold(hold).map_or(sent, |info| info.valid_until);
-                self.finish(Event::Acquired { op, hold, fencing_token, valid_until, count });
+                self.finish(Event::Acquired {
+                    op,
+                    hold,
+                    fencing_token,
+                    valid_until,
+                    count,
+                });
             }
             Ok(AcquireReply::Acquired { fencing_token, .. }) => {
                 let error = Error::MalformedReply(format!(
@@ -432,16 +561,30 @@ impl Engine {
             }
             Ok(_) => {
                 self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed { op, error: Error::LockLost { hold } });
+                self.finish(Event::Failed {
+                    op,
+                    error: Error::LockLost { hold },
+                });
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
     }
 
-    fn on_renew(&mut self, items: Vec<(u64, Duration)>, sent: Instant, reply: Result<Value, Error>) {
+    fn on_renew(
+        &mut self,
+        items: Vec<(u64, Duration)>,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
         let flags = reply.and_then(|v| redis::parse_extend(&v, items.len()));
         for (i, (seq, lease)) in items.into_iter().enumerate() {
-            let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) else { continue };
+            let Some(Tenure {
+                state: State::Held(h),
+                ..
+            }) = self.tenures.get_mut(&seq)
+            else {
+                continue;
+            };
             h.renewing = false;
             match &flags {
                 Ok(flags) if flags[i] => self.renewed(seq, sent, lease, true),
@@ -458,19 +601,40 @@ impl Engine {
     fn on_release(&mut self, seq: u64, op: OpId, count: u32, reply: Result<Value, Error>) {
         let hold = HoldId(seq);
         match reply.and_then(|v| redis::parse_release(&v)) {
-            Ok(ReleaseReply::Freed | ReleaseReply::Held { .. }) => self.finish(Event::Released { op, hold, count }),
+            Ok(ReleaseReply::Freed | ReleaseReply::Held { .. }) => {
+                self.finish(Event::Released { op, hold, count })
+            }
             Ok(ReleaseReply::NotOwner) => {
                 self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed { op, error: Error::LockLost { hold } });
+                self.finish(Event::Failed {
+                    op,
+                    error: Error::LockLost { hold },
+                });
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
     }
 
-    fn on_extend(&mut self, seq: u64, op: OpId, lease: Duration, sent: Instant, reply: Result<Value, Error>) {
+    fn on_extend(
+        &mut self,
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
         let hold = HoldId(seq);
-        if !matches!(self.tenures.get(&seq), Some(Tenure { state: State::Held(_), .. })) {
-            return self.finish(Event::Failed { op, error: Error::LockLost { hold } });
+        if !matches!(
+            self.tenures.get(&seq),
+            Some(Tenure {
+                state: State::Held(_),
+                ..
+            })
+        ) {
+            return self.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
         }
         match reply.and_then(|v| redis::parse_extend(&v, 1)) {
             Ok(flags) if flags[0] => {
@@ -479,12 +643,19 @@ impl Engine {
                 }
                 self.renewed(seq, sent, lease, false);
                 if let Some(info) = self.hold(hold) {
-                    self.finish(Event::Extended { op, hold, valid_until: info.valid_until });
+                    self.finish(Event::Extended {
+                        op,
+                        hold,
+                        valid_until: info.valid_until,
+                    });
                 }
             }
             Ok(_) => {
                 self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed { op, error: Error::LockLost { hold } });
+                self.finish(Event::Failed {
+                    op,
+                    error: Error::LockLost { hold },
+                });
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
@@ -511,14 +682,27 @@ impl Engine {
 
     /// A hand-off: the server gave us the lock and published our token.
     fn wake(&mut self, payload: &[u8]) {
-        let Some((token, fencing_token)) = redis::parse_wake(payload) else { return };
-        let Some(seq) = redis::token_seq(self.config.client_id, token) else { return };
-        let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get_mut(&seq) else { return };
+        let Some((token, fencing_token)) = redis::parse_wake(payload) else {
+            return;
+        };
+        let Some(seq) = redis::token_seq(self.config.client_id, token) else {
+            return;
+        };
+        let Some(Tenure {
+            state: State::Pending(p),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
         let wl = self.config.waiter_lease;
         // The handed tenure lives until our waiter deadline, which our last answered refresh
         // set to at least its send time + waiter lease, provided the hand-off came after that
         // refresh ran (a larger token); a stale or unprovable hand-off is claimed instead.
-        let bound = p.queued.filter(|(_, latest)| fencing_token > *latest).map(|(at, _)| at + wl - drift(wl));
+        let bound = p
+            .queued
+            .filter(|(_, latest)| fencing_token > *latest)
+            .map(|(at, _)| at + wl - drift(wl));
         match bound {
             Some(valid_until) if valid_until > self.now => {
                 self.held(seq, fencing_token, 1, valid_until, self.now);
@@ -536,7 +720,14 @@ impl Engine {
                 Some(State::Held(_)) => self.lose(seq, LostReason::Closed),
                 Some(State::Pending(p)) => {
                     let op = p.op;
-                    self.abandon(seq, Event::Failed { op, error: Error::Closed }, false);
+                    self.abandon(
+                        seq,
+                        Event::Failed {
+                            op,
+                            error: Error::Closed,
+                        },
+                        false,
+                    );
                 }
                 None => {}
             }
@@ -544,8 +735,13 @@ impl Engine {
         for (id, req) in std::mem::take(&mut self.requests) {
             self.timers.clear(Timer::Request(id.0));
             match req.purpose {
-                Purpose::Reenter { op, .. } | Purpose::Release { op, .. } | Purpose::Extend { op, .. } => {
-                    self.finish(Event::Failed { op, error: Error::Closed });
+                Purpose::Reenter { op, .. }
+                | Purpose::Release { op, .. }
+                | Purpose::Extend { op, .. } => {
+                    self.finish(Event::Failed {
+                        op,
+                        error: Error::Closed,
+                    });
                 }
                 _ => {}
             }
@@ -566,16 +762,31 @@ impl Engine {
             Timer::Expire(seq) => self.lose(seq, LostReason::Expired),
             Timer::MaxHold(seq) => self.lose(seq, LostReason::MaxHold),
             Timer::WaitDeadline(seq) => {
-                if let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get(&seq) {
+                if let Some(Tenure {
+                    state: State::Pending(p),
+                    ..
+                }) = self.tenures.get(&seq)
+                {
                     let op = p.op;
-                    self.abandon(seq, Event::NotAcquired { op, reason: NotAcquired::TimedOut }, true);
+                    self.abandon(
+                        seq,
+                        Event::NotAcquired {
+                            op,
+                            reason: NotAcquired::TimedOut,
+                        },
+                        true,
+                    );
                 }
             }
             Timer::Refresh(seq) => {
-                if let Some(Tenure { state: State::Pending(p), .. }) = self.tenures.get(&seq)
-                    && !p.in_flight {
-                        self.send_acquire(seq);
-                    }
+                if let Some(Tenure {
+                    state: State::Pending(p),
+                    ..
+                }) = self.tenures.get(&seq)
+                    && !p.in_flight
+                {
+                    self.send_acquire(seq);
+                }
             }
             Timer::Subscribe => self.subscribe(),
         }
@@ -583,7 +794,9 @@ impl Engine {
 
     /// Renews `seq` and, in the same requests, every other hold due within a sixth of its lease.
     fn renew_batch(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get(&seq) else { return };
+        let Some(t) = self.tenures.get(&seq) else {
+            return;
+        };
         let horizon = self.now + t.lease / 6;
         let mut due = vec![seq];
         due.extend(self.timers.take_until(horizon, |timer| match timer {
@@ -592,39 +805,75 @@ impl Engine {
         }));
         let mut items = Vec::with_capacity(due.len());
         for s in due {
-            if let Some(Tenure { state: State::Held(h), lease, .. }) = self.tenures.get_mut(&s)
-                && !h.renewing {
-                    h.renewing = true;
-                    items.push((s, *lease));
-                }
+            if let Some(Tenure {
+                state: State::Held(h),
+                lease,
+                ..
+            }) = self.tenures.get_mut(&s)
+                && !h.renewing
+            {
+                h.renewing = true;
+                items.push((s, *lease));
+            }
         }
         for chunk in items.chunks(self.config.max_batch) {
             let req = redis::extend(chunk.iter().map(|(s, lease)| {
                 let t = &self.tenures[s];
                 (t.keys.lock.as_str(), t.token.as_str(), *lease)
             }));
-            self.send(req, Purpose::Renew { items: chunk.to_vec() });
+            self.send(
+                req,
+                Purpose::Renew {
+                    items: chunk.to_vec(),
+                },
+            );
         }
     }
 
     // --- state changes ---
 
     fn send_acquire(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get_mut(&seq) else { return };
-        let State::Pending(p) = &mut t.state else { return };
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
+        let State::Pending(p) = &mut t.state else {
+            return;
+        };
         p.in_flight = true;
         let mode = p.mode;
-        let req = redis::acquire(&t.keys, &t.token, t.lease, 1, mode, self.config.waiter_lease);
+        let req = redis::acquire(
+            &t.keys,
+            &t.token,
+            t.lease,
+            1,
+            mode,
+            self.config.waiter_lease,
+        );
         self.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
     }
 
     /// A pending tenure becomes held: the acquire's terminal event.
-    fn held(&mut self, seq: u64, fencing_token: u64, count: u32, valid_until: Instant, renew_at: Instant) {
-        let Some(t) = self.tenures.get_mut(&seq) else { return };
+    fn held(
+        &mut self,
+        seq: u64,
+        fencing_token: u64,
+        count: u32,
+        valid_until: Instant,
+        renew_at: Instant,
+    ) {
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
         let State::Pending(p) = &t.state else { return };
         let op = p.op;
-        t.state = State::Held(Held { fencing_token, count, reentering: 0, valid_until, renewing: false });
+        t.state = State::Held(Held {
+            fencing_token,
+            count,
+            reentering: 0,
+            valid_until,
+            renewing: false,
+        });
         self.acquires.remove(&op);
         self.timers.clear(Timer::WaitDeadline(seq));
         self.timers.clear(Timer::Refresh(seq));
@@ -633,33 +882,58 @@ impl Engine {
         if let Some(max) = t.max_hold {
             self.timers.set(Timer::MaxHold(seq), self.now + max);
         }
-        self.finish(Event::Acquired { op, hold: HoldId(seq), fencing_token, valid_until, count });
+        self.finish(Event::Acquired {
+            op,
+            hold: HoldId(seq),
+            fencing_token,
+            valid_until,
+            count,
+        });
     }
 
     /// The server kept `seq` for `lease` from a request sent at `sent`.
     fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
-        let Some(Tenure { state: State::Held(h), .. }) = self.tenures.get_mut(&seq) else { return };
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
         h.valid_until = h.valid_until.max(sent + lease - drift(lease));
         let valid_until = h.valid_until;
         self.timers.set(Timer::Expire(seq), valid_until);
         if !h.renewing {
-            self.timers.set(Timer::Renew(seq), (sent + lease / 3).max(self.now));
+            self.timers
+                .set(Timer::Renew(seq), (sent + lease / 3).max(self.now));
         }
         if announce {
-            self.event(Event::Renewed { hold: HoldId(seq), valid_until });
+            self.event(Event::Renewed {
+                hold: HoldId(seq),
+                valid_until,
+            });
         }
     }
 
     /// A held tenure is gone. Anything we may still hold on the server is given back.
     fn lose(&mut self, seq: u64, reason: LostReason) {
-        if !matches!(self.tenures.get(&seq), Some(Tenure { state: State::Held(_), .. })) {
+        if !matches!(
+            self.tenures.get(&seq),
+            Some(Tenure {
+                state: State::Held(_),
+                ..
+            })
+        ) {
             return;
         }
         let Some(t) = self.forget(seq) else { return };
         if matches!(reason, LostReason::Expired | LostReason::MaxHold) && !self.closed {
             self.send(redis::release(&t.keys, &t.token, 0), Purpose::Cleanup);
         }
-        self.event(Event::Lost { hold: HoldId(seq), reason });
+        self.event(Event::Lost {
+            hold: HoldId(seq),
+            reason,
+        });
     }
 
     /// A pending acquire ends with `event`; with `cleanup`, we leave the queue (and pass the
@@ -679,7 +953,13 @@ impl Engine {
         if let State::Pending(p) = &t.state {
             self.acquires.remove(&p.op);
         }
-        for timer in [Timer::Renew, Timer::Expire, Timer::MaxHold, Timer::WaitDeadline, Timer::Refresh] {
+        for timer in [
+            Timer::Renew,
+            Timer::Expire,
+            Timer::MaxHold,
+            Timer::WaitDeadline,
+            Timer::Refresh,
+        ] {
             self.timers.clear(timer(seq));
         }
         Some(t)
@@ -693,8 +973,15 @@ impl Engine {
     fn send(&mut self, op: RedisOp, purpose: Purpose) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
-        self.requests.insert(id, InFlight { sent_at: self.now, purpose });
-        self.timers.set(Timer::Request(id.0), self.now + self.config.request_timeout);
+        self.requests.insert(
+            id,
+            InFlight {
+                sent_at: self.now,
+                purpose,
+            },
+        );
+        self.timers
+            .set(Timer::Request(id.0), self.now + self.config.request_timeout);
         self.out.push_back(Output::Request(Request { id, op }));
     }
 

@@ -67,7 +67,10 @@ impl fmt::Display for Error {
         match self {
             Error::EmptyName => f.write_str("lock name is empty"),
             Error::NameTooLong { len } => {
-                write!(f, "lock name is {len} bytes long; at most {MAX_NAME_LEN} are allowed")
+                write!(
+                    f,
+                    "lock name is {len} bytes long; at most {MAX_NAME_LEN} are allowed"
+                )
             }
             Error::InvalidLease { lease } => write!(
                 f,
@@ -76,7 +79,11 @@ impl fmt::Display for Error {
             Error::DuplicateOp { op } => write!(f, "op id {} is already in use", op.0),
             Error::NotHeld { hold } => write!(f, "hold {} is not held", hold.0),
             Error::AlreadyWaiting { op } => {
-                write!(f, "this owner is already waiting for this lock (op {})", op.0)
+                write!(
+                    f,
+                    "this owner is already waiting for this lock (op {})",
+                    op.0
+                )
             }
             Error::Closed => f.write_str("the engine is closed"),
             Error::Unavailable(why) => write!(f, "backend unavailable: {why}"),

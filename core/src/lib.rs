@@ -72,6 +72,6 @@ pub use engine::{Config, Engine, HoldInfo};
 pub use error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE, TransportError};
 pub use time::{Instant, drift};
 pub use types::{
-    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, OpId, Output, Reply,
-    Request, RequestId, Wait,
+    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, OpId,
+    Output, Reply, Request, RequestId, Wait,
 };

@@ -59,7 +59,11 @@ impl Timers {
     }
 
     /// Removes every timer due by `horizon` that `pick` maps to a value, earliest first.
-    pub(crate) fn take_until<T>(&mut self, horizon: Instant, pick: impl Fn(Timer) -> Option<T>) -> Vec<T> {
+    pub(crate) fn take_until<T>(
+        &mut self,
+        horizon: Instant,
+        pick: impl Fn(Timer) -> Option<T>,
+    ) -> Vec<T> {
         let picked: Vec<(Instant, Timer, T)> = self
             .by_time
             .iter()

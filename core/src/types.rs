@@ -58,12 +58,21 @@ pub struct Acquire {
 pub enum Command {
     Acquire(Acquire),
     /// Drop one hold count; at zero the lock is freed and handed to the next waiter.
-    Release { op: OpId, hold: HoldId },
+    Release {
+        op: OpId,
+        hold: HoldId,
+    },
     /// Renew now, with a (possibly longer) lease that later renewals keep using.
-    Extend { op: OpId, hold: HoldId, lease: Duration },
+    Extend {
+        op: OpId,
+        hold: HoldId,
+        lease: Duration,
+    },
     /// Stop waiting: the pending acquire `op` ends with [`NotAcquired::Cancelled`] and leaves
     /// the queue. A no-op if that acquire has already ended.
-    Cancel { op: OpId },
+    Cancel {
+        op: OpId,
+    },
 }
 
 /// Unsolicited news from the backend.
@@ -139,7 +148,11 @@ pub enum Event {
     /// Terminal for a release. `count` is what is left; 0 means the lock is free (or handed on).
     Released { op: OpId, hold: HoldId, count: u32 },
     /// Terminal for an extend.
-    Extended { op: OpId, hold: HoldId, valid_until: Instant },
+    Extended {
+        op: OpId,
+        hold: HoldId,
+        valid_until: Instant,
+    },
     /// Terminal for any command.
     Failed { op: OpId, error: Error },
     /// The watchdog renewed a hold.

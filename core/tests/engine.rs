@@ -5,8 +5,8 @@ use std::time::Duration;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason, NotAcquired,
-    Notice, OpId, Output, Request, Wait, drift,
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
+    NotAcquired, Notice, OpId, Output, Request, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -100,9 +100,16 @@ impl Bed {
             RedisOp::Subscribe { .. } => Ok(Value::Status("OK".into())),
             RedisOp::Eval { script, keys, args } => {
                 let ms = EPOCH_MS + self.now.as_nanos() / 1_000_000;
-                let outcome = self.store.eval(ms, script, &keys, &args).expect("script runs");
+                let outcome = self
+                    .store
+                    .eval(ms, script, &keys, &args)
+                    .expect("script runs");
                 for (channel, payload) in outcome.published {
-                    if let Some(to) = self.engines.iter().position(|e| e.wake_channel() == channel) {
+                    if let Some(to) = self
+                        .engines
+                        .iter()
+                        .position(|e| e.wake_channel() == channel)
+                    {
                         let notice = Notice::Message { channel, payload };
                         self.engines[to].handle_input(self.now, Input::Notice(notice));
                     }
@@ -123,12 +130,26 @@ impl Bed {
 }
 
 fn acquire(op: u64, name: &str, owner: u64, lease: Duration, wait: Wait) -> Command {
-    Command::Acquire(Acquire { op: OpId(op), name: name.into(), owner, lease, wait, max_hold: None })
+    Command::Acquire(Acquire {
+        op: OpId(op),
+        name: name.into(),
+        owner,
+        lease,
+        wait,
+        max_hold: None,
+    })
 }
 
 fn acquired(events: &[Event]) -> (HoldId, u64, u32) {
     match events {
-        [Event::Acquired { hold, fencing_token, count, .. }] => (*hold, *fencing_token, *count),
+        [
+            Event::Acquired {
+                hold,
+                fencing_token,
+                count,
+                ..
+            },
+        ] => (*hold, *fencing_token, *count),
         other => panic!("expected one Acquired, got {other:?}"),
     }
 }
@@ -140,10 +161,28 @@ fn invalid_input_is_refused_before_anything_is_sent() {
     let long = "x".repeat(1025);
     let cases: Vec<(Command, Error)> = vec![
         (acquire(1, "", 1, SEC, Wait::No), Error::EmptyName),
-        (acquire(2, &long, 1, SEC, Wait::No), Error::NameTooLong { len: 1025 }),
-        (acquire(3, "a", 1, Duration::ZERO, Wait::No), Error::InvalidLease { lease: Duration::ZERO }),
-        (acquire(4, "a", 1, Duration::from_millis(9), Wait::No), Error::InvalidLease { lease: Duration::from_millis(9) }),
-        (acquire(5, "a", 1, Duration::from_secs(8 * 86400), Wait::No), Error::InvalidLease { lease: Duration::from_secs(8 * 86400) }),
+        (
+            acquire(2, &long, 1, SEC, Wait::No),
+            Error::NameTooLong { len: 1025 },
+        ),
+        (
+            acquire(3, "a", 1, Duration::ZERO, Wait::No),
+            Error::InvalidLease {
+                lease: Duration::ZERO,
+            },
+        ),
+        (
+            acquire(4, "a", 1, Duration::from_millis(9), Wait::No),
+            Error::InvalidLease {
+                lease: Duration::from_millis(9),
+            },
+        ),
+        (
+            acquire(5, "a", 1, Duration::from_secs(8 * 86400), Wait::No),
+            Error::InvalidLease {
+                lease: Duration::from_secs(8 * 86400),
+            },
+        ),
         (
             Command::Acquire(Acquire {
                 op: OpId(6),
@@ -153,10 +192,25 @@ fn invalid_input_is_refused_before_anything_is_sent() {
                 wait: Wait::No,
                 max_hold: Some(Duration::ZERO),
             }),
-            Error::InvalidLease { lease: Duration::ZERO },
+            Error::InvalidLease {
+                lease: Duration::ZERO,
+            },
         ),
-        (Command::Release { op: OpId(7), hold: HoldId(99) }, Error::NotHeld { hold: HoldId(99) }),
-        (Command::Extend { op: OpId(8), hold: HoldId(99), lease: SEC }, Error::NotHeld { hold: HoldId(99) }),
+        (
+            Command::Release {
+                op: OpId(7),
+                hold: HoldId(99),
+            },
+            Error::NotHeld { hold: HoldId(99) },
+        ),
+        (
+            Command::Extend {
+                op: OpId(8),
+                hold: HoldId(99),
+                lease: SEC,
+            },
+            Error::NotHeld { hold: HoldId(99) },
+        ),
     ];
     for (cmd, expected) in cases {
         let op = match &cmd {
@@ -165,7 +219,13 @@ fn invalid_input_is_refused_before_anything_is_sent() {
             Command::Cancel { op } => *op,
         };
         bed.cmd(0, cmd);
-        assert_eq!(bed.take(0), [Event::Failed { op, error: expected.clone() }]);
+        assert_eq!(
+            bed.take(0),
+            [Event::Failed {
+                op,
+                error: expected.clone()
+            }]
+        );
         assert!(expected.is_misuse());
         assert!(bed.take_sent(0).is_empty(), "{expected:?} sent a request");
     }
@@ -181,9 +241,21 @@ fn a_busy_op_id_is_refused_and_the_first_command_goes_on() {
     acquired(&bed.take(0));
     bed.acquire(1, 1, "a", Wait::Forever);
     bed.acquire(1, 1, "b", Wait::No);
-    assert_eq!(bed.take(1), [Event::Failed { op: OpId(1), error: Error::DuplicateOp { op: OpId(1) } }]);
+    assert_eq!(
+        bed.take(1),
+        [Event::Failed {
+            op: OpId(1),
+            error: Error::DuplicateOp { op: OpId(1) }
+        }]
+    );
     bed.cmd(1, Command::Cancel { op: OpId(1) });
-    assert_eq!(bed.take(1), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::Cancelled }]);
+    assert_eq!(
+        bed.take(1),
+        [Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::Cancelled
+        }]
+    );
 }
 
 #[test]
@@ -197,17 +269,49 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     bed.acquire(0, 2, "orders/42", Wait::No);
     assert_eq!(acquired(&bed.take(0)), (hold, 1, 2));
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
-    assert_eq!(bed.store.hget_at(ms, &keys.lock, "count").unwrap().as_deref(), Some("2"));
+    assert_eq!(
+        bed.store
+            .hget_at(ms, &keys.lock, "count")
+            .unwrap()
+            .as_deref(),
+        Some("2")
+    );
 
     // Another owner of the same engine is another contender.
     bed.cmd(0, acquire(3, "orders/42", 2, SEC, Wait::No));
-    assert_eq!(bed.take(0), [Event::NotAcquired { op: OpId(3), reason: NotAcquired::Busy }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::NotAcquired {
+            op: OpId(3),
+            reason: NotAcquired::Busy
+        }]
+    );
 
     bed.cmd(0, Command::Release { op: OpId(4), hold });
-    assert_eq!(bed.take(0), [Event::Released { op: OpId(4), hold, count: 1 }]);
-    assert_eq!(bed.store.hget_at(ms, &keys.lock, "count").unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        bed.take(0),
+        [Event::Released {
+            op: OpId(4),
+            hold,
+            count: 1
+        }]
+    );
+    assert_eq!(
+        bed.store
+            .hget_at(ms, &keys.lock, "count")
+            .unwrap()
+            .as_deref(),
+        Some("1")
+    );
     bed.cmd(0, Command::Release { op: OpId(5), hold });
-    assert_eq!(bed.take(0), [Event::Released { op: OpId(5), hold, count: 0 }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Released {
+            op: OpId(5),
+            hold,
+            count: 0
+        }]
+    );
     assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
 
     // The next tenure gets the next token; the fence counter stays.
@@ -216,7 +320,13 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     assert_ne!(hold2, hold);
     assert_eq!(token2, 2);
     bed.cmd(0, Command::Release { op: OpId(7), hold });
-    assert_eq!(bed.take(0), [Event::Failed { op: OpId(7), error: Error::NotHeld { hold } }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(7),
+            error: Error::NotHeld { hold }
+        }]
+    );
 }
 
 #[test]
@@ -230,15 +340,40 @@ fn release_hands_the_lock_to_waiters_in_fifo_order_and_wakes_only_the_next() {
     assert!(bed.take(1).is_empty() && bed.take(2).is_empty());
     bed.take_sent(1);
 
-    bed.cmd(0, Command::Release { op: OpId(2), hold: hold0 });
-    assert_eq!(bed.take(0), [Event::Released { op: OpId(2), hold: hold0, count: 0 }]);
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(2),
+            hold: hold0,
+        },
+    );
+    assert_eq!(
+        bed.take(0),
+        [Event::Released {
+            op: OpId(2),
+            hold: hold0,
+            count: 0
+        }]
+    );
     // The wake-up alone made client 1 the holder: it acquired without another acquire request.
     let (hold1, token1, _) = acquired(&bed.take(1));
     assert_eq!(token1, 2);
-    assert!(bed.take_sent(1).iter().all(|op| matches!(op, RedisOp::Eval { script: redis::Script::Extend, .. })));
+    assert!(bed.take_sent(1).iter().all(|op| matches!(
+        op,
+        RedisOp::Eval {
+            script: redis::Script::Extend,
+            ..
+        }
+    )));
     assert!(bed.take(2).is_empty());
 
-    bed.cmd(1, Command::Release { op: OpId(2), hold: hold1 });
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(2),
+            hold: hold1,
+        },
+    );
     let (_, token2, _) = acquired(&bed.take(2));
     assert_eq!(token2, 3);
 }
@@ -251,10 +386,18 @@ fn a_hand_off_is_valid_for_the_waiter_lease_from_the_last_refresh_until_renewed(
     bed.acquire(1, 1, "job", Wait::Forever);
     let queued_at = bed.now;
     bed.cut[1] = true; // the renewal after the hand-off will never be answered
-    bed.cmd(0, Command::Release { op: OpId(2), hold: hold0 });
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(2),
+            hold: hold0,
+        },
+    );
     let wl = Config::new(ClientId(0)).waiter_lease;
     match bed.take(1).as_slice() {
-        [Event::Acquired { valid_until, .. }] => assert_eq!(*valid_until, queued_at + wl - drift(wl)),
+        [Event::Acquired { valid_until, .. }] => {
+            assert_eq!(*valid_until, queued_at + wl - drift(wl))
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -271,7 +414,13 @@ fn validity_runs_out_without_renewal_and_the_lock_is_reported_lost() {
     bed.advance(valid_until.saturating_duration_since(bed.now) - Duration::from_nanos(1));
     assert!(bed.take(0).is_empty(), "lost too early");
     bed.advance(Duration::from_nanos(1));
-    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::Expired }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Lost {
+            hold,
+            reason: LostReason::Expired
+        }]
+    );
     assert_eq!(bed.engines[0].hold(hold), None);
 }
 
@@ -286,7 +435,12 @@ fn the_watchdog_renews_at_a_third_of_the_lease() {
     bed.advance(Duration::from_millis(1));
     assert_eq!(bed.take_sent(0).len(), 1);
     match bed.take(0).as_slice() {
-        [Event::Renewed { hold: h, valid_until }] => {
+        [
+            Event::Renewed {
+                hold: h,
+                valid_until,
+            },
+        ] => {
             assert_eq!(*h, hold);
             assert_eq!(*valid_until, bed.now + 10 * SEC - drift(10 * SEC));
         }
@@ -294,7 +448,11 @@ fn the_watchdog_renews_at_a_third_of_the_lease() {
     }
     // An hour later it is still held.
     bed.advance(Duration::from_secs(3600));
-    assert!(bed.take(0).iter().all(|e| matches!(e, Event::Renewed { .. })));
+    assert!(
+        bed.take(0)
+            .iter()
+            .all(|e| matches!(e, Event::Renewed { .. }))
+    );
     assert!(bed.engines[0].hold(hold).is_some());
 }
 
@@ -329,9 +487,19 @@ fn max_hold_stops_renewal_and_releases() {
     let (hold, _, _) = acquired(&bed.take(0));
     bed.acquire(1, 1, "a", Wait::Forever);
     bed.advance(Duration::from_millis(2499));
-    assert!(bed.take(0).iter().all(|e| matches!(e, Event::Renewed { .. })));
+    assert!(
+        bed.take(0)
+            .iter()
+            .all(|e| matches!(e, Event::Renewed { .. }))
+    );
     bed.advance(Duration::from_millis(1));
-    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::MaxHold }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Lost {
+            hold,
+            reason: LostReason::MaxHold
+        }]
+    );
     // It was released, and so handed to the waiter at once.
     let events = bed.take(1);
     assert!(matches!(events[0], Event::Acquired { .. }), "{events:?}");
@@ -348,9 +516,21 @@ fn waits_end_by_deadline_or_cancel_and_leave_the_queue() {
     bed.advance(Duration::from_millis(499));
     assert!(bed.take(1).is_empty());
     bed.advance(Duration::from_millis(1));
-    assert_eq!(bed.take(1), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::TimedOut }]);
+    assert_eq!(
+        bed.take(1),
+        [Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::TimedOut
+        }]
+    );
     bed.cmd(2, Command::Cancel { op: OpId(1) });
-    assert_eq!(bed.take(2), [Event::NotAcquired { op: OpId(1), reason: NotAcquired::Cancelled }]);
+    assert_eq!(
+        bed.take(2),
+        [Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::Cancelled
+        }]
+    );
     // Cancelling again, or an unknown op, does nothing.
     bed.cmd(2, Command::Cancel { op: OpId(1) });
     assert!(bed.take(2).is_empty());
@@ -359,7 +539,10 @@ fn waits_end_by_deadline_or_cancel_and_leave_the_queue() {
     let keys = LockKeys::new("a");
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
     assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
-    assert!(bed.store.is_empty(ms) || bed.store.len(ms) == 1, "only the fence counter stays");
+    assert!(
+        bed.store.is_empty(ms) || bed.store.len(ms) == 1,
+        "only the fence counter stays"
+    );
 }
 
 #[test]
@@ -372,7 +555,9 @@ fn a_lost_wake_up_costs_at_most_a_third_of_the_waiter_lease() {
     let keys = LockKeys::new("a");
     let token = redis::owner_token(ClientId(0xabc0), hold.0);
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
-    let RedisOp::Eval { script, keys, args } = redis::release(&keys, &token, 0) else { unreachable!() };
+    let RedisOp::Eval { script, keys, args } = redis::release(&keys, &token, 0) else {
+        unreachable!()
+    };
     bed.store.eval(ms, script, &keys, &args).unwrap();
     let wl = Config::new(ClientId(0)).waiter_lease;
     bed.advance(wl / 3);
@@ -391,7 +576,11 @@ fn malformed_replies_fail_the_command_and_never_panic() {
         Value::Array(vec![Value::Int(1), Value::Int(-5), Value::Int(1)]),
         Value::Array(vec![Value::Int(1), Value::Int(3), Value::Int(0)]),
         Value::Array(vec![Value::Int(9), Value::Int(9)]),
-        Value::Array(vec![Value::Data(b"1".to_vec()), Value::Int(1), Value::Int(1)]),
+        Value::Array(vec![
+            Value::Data(b"1".to_vec()),
+            Value::Int(1),
+            Value::Int(1),
+        ]),
         Value::Array(vec![Value::Array(vec![])]),
     ];
     for value in garbage {
@@ -399,11 +588,25 @@ fn malformed_replies_fail_the_command_and_never_panic() {
         let mut engine = Engine::new(Config::new(ClientId(1)), now).unwrap();
         let _ = engine.poll_output();
         engine.handle_input(now, Input::Command(acquire(1, "a", 1, SEC, Wait::Forever)));
-        let Some(Output::Request(req)) = engine.poll_output() else { panic!("no request") };
-        engine.handle_input(now, Input::Reply { id: req.id, reply: Ok(value.clone()) });
+        let Some(Output::Request(req)) = engine.poll_output() else {
+            panic!("no request")
+        };
+        engine.handle_input(
+            now,
+            Input::Reply {
+                id: req.id,
+                reply: Ok(value.clone()),
+            },
+        );
         let events: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
         assert!(
-            events.iter().any(|o| matches!(o, Output::Event(Event::Failed { error: Error::MalformedReply(_), .. }))),
+            events.iter().any(|o| matches!(
+                o,
+                Output::Event(Event::Failed {
+                    error: Error::MalformedReply(_),
+                    ..
+                })
+            )),
             "{value:?} gave {events:?}"
         );
     }
@@ -417,7 +620,13 @@ fn a_renewal_refused_by_the_server_loses_the_lock_at_once() {
     // Someone deletes the key (an operator, a failover that lost the write).
     bed.store = Store::new();
     bed.advance(10 * SEC / 3);
-    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::NotOwner }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Lost {
+            hold,
+            reason: LostReason::NotOwner
+        }]
+    );
     // Transport errors are retried instead, until validity runs out.
     bed.acquire(1, 1, "b", Wait::No);
     let (hold_b, _, _) = acquired(&bed.take(1));
@@ -427,7 +636,13 @@ fn a_renewal_refused_by_the_server_loses_the_lock_at_once() {
     let extends = bed.take_sent(1).len();
     assert!(extends >= 3, "renewal retried only {extends} times");
     bed.advance(SEC);
-    assert_eq!(bed.take(1), [Event::Lost { hold: hold_b, reason: LostReason::Expired }]);
+    assert_eq!(
+        bed.take(1),
+        [Event::Lost {
+            hold: hold_b,
+            reason: LostReason::Expired
+        }]
+    );
 }
 
 #[test]
@@ -438,10 +653,19 @@ fn time_never_goes_backwards() {
     let valid_until = bed.engines[0].hold(hold).unwrap().valid_until;
     bed.cut[0] = true;
     bed.advance(20 * SEC);
-    assert_eq!(bed.take(0), [Event::Lost { hold, reason: LostReason::Expired }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Lost {
+            hold,
+            reason: LostReason::Expired
+        }]
+    );
     // An older `now` is taken as the newest seen: nothing revives or moves.
     bed.engines[0].handle_timeout(valid_until - 5 * SEC);
-    bed.engines[0].handle_input(Instant::from_nanos(0), Input::Command(acquire(2, "b", 1, SEC, Wait::No)));
+    bed.engines[0].handle_input(
+        Instant::from_nanos(0),
+        Input::Command(acquire(2, "b", 1, SEC, Wait::No)),
+    );
     bed.settle();
     assert!(bed.engines[0].hold(hold).is_none());
 }
@@ -456,10 +680,28 @@ fn closing_is_sticky() {
     bed.engines[0].handle_input(bed.now, Input::Notice(Notice::Closed));
     bed.settle();
     let events = bed.take(0);
-    assert!(events.contains(&Event::Lost { hold, reason: LostReason::Closed }), "{events:?}");
-    assert!(events.contains(&Event::Failed { op: OpId(2), error: Error::Closed }), "{events:?}");
+    assert!(
+        events.contains(&Event::Lost {
+            hold,
+            reason: LostReason::Closed
+        }),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&Event::Failed {
+            op: OpId(2),
+            error: Error::Closed
+        }),
+        "{events:?}"
+    );
     bed.acquire(0, 3, "c", Wait::No);
-    assert_eq!(bed.take(0), [Event::Failed { op: OpId(3), error: Error::Closed }]);
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(3),
+            error: Error::Closed
+        }]
+    );
     assert_eq!(bed.engines[0].poll_timeout(), None);
 }
 
@@ -485,7 +727,13 @@ fn owner_tokens_are_unique_per_tenure_and_parse_back() {
     assert_eq!(token, "0123456789abcdef0011223344556677-2a");
     assert_eq!(redis::token_seq(client, &token), Some(0x2a));
     assert_eq!(redis::token_seq(ClientId(1), &token), None);
-    for bad in ["", "-", "0123456789abcdef0011223344556677-", "0123456789abcdef0011223344556677-+1", "x-1"] {
+    for bad in [
+        "",
+        "-",
+        "0123456789abcdef0011223344556677-",
+        "0123456789abcdef0011223344556677-+1",
+        "x-1",
+    ] {
         assert_eq!(redis::token_seq(client, bad), None, "{bad:?}");
     }
 }

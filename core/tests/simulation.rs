@@ -23,8 +23,8 @@ use std::time::Duration;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, OpId, Output, Request,
-    Wait,
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, OpId,
+    Output, Request, Wait,
 };
 
 const MS: u64 = 1_000_000;
@@ -61,12 +61,30 @@ impl Rng {
 
 #[derive(Debug, Clone)]
 enum Msg {
-    ToServer { client: usize, incarnation: u32, request: Request },
-    ToClient { client: usize, incarnation: u32, input: Input },
-    Wake { client: usize, incarnation: u32, at: u64 },
-    App { client: usize },
-    Resume { client: usize },
-    Restart { client: usize },
+    ToServer {
+        client: usize,
+        incarnation: u32,
+        request: Request,
+    },
+    ToClient {
+        client: usize,
+        incarnation: u32,
+        input: Input,
+    },
+    Wake {
+        client: usize,
+        incarnation: u32,
+        at: u64,
+    },
+    App {
+        client: usize,
+    },
+    Resume {
+        client: usize,
+    },
+    Restart {
+        client: usize,
+    },
 }
 
 /// What the application believes about one of its holds.
@@ -256,25 +274,42 @@ impl World {
     /// Drains a client's engine: requests go to the network, events to the application.
     fn pump(&mut self, c: usize) {
         loop {
-            let Some(engine) = self.clients[c].engine.as_mut() else { return };
-            let Some(out) = engine.poll_output() else { break };
+            let Some(engine) = self.clients[c].engine.as_mut() else {
+                return;
+            };
+            let Some(out) = engine.poll_output() else {
+                break;
+            };
             match out {
                 Output::Request(request) => {
                     let incarnation = self.clients[c].incarnation;
                     self.note(|| format!("c{c} -> {:?} {}", request.id, describe(&request.op)));
-                    self.send(Msg::ToServer { client: c, incarnation, request });
+                    self.send(Msg::ToServer {
+                        client: c,
+                        incarnation,
+                        request,
+                    });
                 }
                 Output::Event(event) => self.deliver(c, event),
             }
         }
         let client = &self.clients[c];
-        let Some(engine) = client.engine.as_ref() else { return };
+        let Some(engine) = client.engine.as_ref() else {
+            return;
+        };
         if let Some(local) = engine.poll_timeout() {
             let at = client.global(local).max(self.now);
             if client.next_wake.is_none_or(|w| at < w || w < self.now) {
                 let incarnation = client.incarnation;
                 self.clients[c].next_wake = Some(at);
-                self.schedule(at - self.now, Msg::Wake { client: c, incarnation, at });
+                self.schedule(
+                    at - self.now,
+                    Msg::Wake {
+                        client: c,
+                        incarnation,
+                        at,
+                    },
+                );
             }
         }
     }
@@ -284,17 +319,32 @@ impl World {
         self.note(|| format!("c{c} <= {event:?}"));
         if let Some(op) = event.terminal_op() {
             let Some(kind) = self.clients[c].ops.remove(&op) else {
-                self.fail(format!("client {c}: terminal event for an op that is not pending: {event:?}"))
+                self.fail(format!(
+                    "client {c}: terminal event for an op that is not pending: {event:?}"
+                ))
             };
             match (&kind, &event) {
-                (OpKind::Acquire { name, .. }, Event::Acquired { hold, fencing_token, valid_until, count, .. }) => {
+                (
+                    OpKind::Acquire { name, .. },
+                    Event::Acquired {
+                        hold,
+                        fencing_token,
+                        valid_until,
+                        count,
+                        ..
+                    },
+                ) => {
                     self.stats.acquired += 1;
                     let hold_for = self.rng.range(0, 1500) * MS;
                     let release_at = self.now + if self.draining { 0 } else { hold_for };
-                    let (hold, token, valid_until, count) = (*hold, *fencing_token, *valid_until, *count);
+                    let (hold, token, valid_until, count) =
+                        (*hold, *fencing_token, *valid_until, *count);
                     if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
                         if b.fencing_token != token || b.name != *name || count != b.count + 1 {
-                            let msg = format!("client {c}: reentry of {name} changed token {} -> {token} or count {} -> {count}", b.fencing_token, b.count);
+                            let msg = format!(
+                                "client {c}: reentry of {name} changed token {} -> {token} or count {} -> {count}",
+                                b.fencing_token, b.count
+                            );
                             self.fail(msg);
                         }
                         b.count = count;
@@ -306,7 +356,16 @@ impl World {
                         }
                         self.last_token.insert(name.clone(), token);
                         let name = name.clone();
-                        self.clients[c].beliefs.insert(hold, Belief { name, fencing_token: token, count, valid_until, release_at });
+                        self.clients[c].beliefs.insert(
+                            hold,
+                            Belief {
+                                name,
+                                fencing_token: token,
+                                count,
+                                valid_until,
+                                release_at,
+                            },
+                        );
                     }
                 }
                 (OpKind::Acquire { .. }, Event::NotAcquired { .. } | Event::Failed { .. })
@@ -315,12 +374,20 @@ impl World {
                 _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
             }
             if let Event::Failed { error, .. } = &event
-                && error.is_misuse() && !matches!(error, dlock_core::Error::NotHeld { .. } | dlock_core::Error::AlreadyWaiting { .. }) {
-                    self.fail(format!("client {c}: unexpected misuse error {error:?}"));
-                }
+                && error.is_misuse()
+                && !matches!(
+                    error,
+                    dlock_core::Error::NotHeld { .. } | dlock_core::Error::AlreadyWaiting { .. }
+                )
+            {
+                self.fail(format!("client {c}: unexpected misuse error {error:?}"));
+            }
         }
         match event {
-            Event::Renewed { hold, valid_until } | Event::Extended { hold, valid_until, .. } => {
+            Event::Renewed { hold, valid_until }
+            | Event::Extended {
+                hold, valid_until, ..
+            } => {
                 if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
                     b.valid_until = b.valid_until.max(valid_until);
                 }
@@ -329,9 +396,14 @@ impl World {
                 self.stats.lost += 1;
                 // The hold may have run out just before the application's final release reached
                 // the engine: then that release fails with NotHeld.
-                let releasing = self.clients[c].ops.values().any(|k| matches!(k, OpKind::Release { hold: h } if *h == hold));
+                let releasing = self.clients[c]
+                    .ops
+                    .values()
+                    .any(|k| matches!(k, OpKind::Release { hold: h } if *h == hold));
                 if self.clients[c].beliefs.remove(&hold).is_none() && !releasing {
-                    self.fail(format!("client {c}: lost {hold:?}, which the application does not hold"));
+                    self.fail(format!(
+                        "client {c}: lost {hold:?}, which the application does not hold"
+                    ));
                 }
             }
             _ => {}
@@ -347,12 +419,20 @@ impl World {
                 .enumerate()
                 .filter(|(_, cl)| cl.engine.is_some())
                 .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, b)))
-                .filter(|(i, b)| b.name == name && self.clients[*i].global(b.valid_until) > self.now)
+                .filter(|(i, b)| {
+                    b.name == name && self.clients[*i].global(b.valid_until) > self.now
+                })
                 .collect();
             if holders.len() > 1 {
                 let list: Vec<String> = holders
                     .iter()
-                    .map(|(i, b)| format!("client {i} token {} valid {:.6}s", b.fencing_token, self.clients[*i].global(b.valid_until) as f64 / 1e9))
+                    .map(|(i, b)| {
+                        format!(
+                            "client {i} token {} valid {:.6}s",
+                            b.fencing_token,
+                            self.clients[*i].global(b.valid_until) as f64 / 1e9
+                        )
+                    })
                     .collect();
                 self.fail(format!("two holders of {name}: {}", list.join(", ")));
             }
@@ -376,7 +456,8 @@ impl World {
     /// The application: acquires, releases, reenters, extends, cancels, pauses and crashes.
     fn app(&mut self, c: usize) {
         let next = self.rng.range(1, 40) * MS;
-        if !self.draining || !self.clients[c].beliefs.is_empty() || !self.clients[c].ops.is_empty() {
+        if !self.draining || !self.clients[c].beliefs.is_empty() || !self.clients[c].ops.is_empty()
+        {
             self.schedule(next, Msg::App { client: c });
         }
         if self.clients[c].engine.is_none() || self.clients[c].paused_until > self.now {
@@ -406,7 +487,13 @@ impl World {
         let due: Vec<HoldId> = self.clients[c]
             .beliefs
             .iter()
-            .filter(|(h, b)| b.release_at <= self.now && !self.clients[c].ops.values().any(|k| matches!(k, OpKind::Release { hold } if hold == *h)))
+            .filter(|(h, b)| {
+                b.release_at <= self.now
+                    && !self.clients[c]
+                        .ops
+                        .values()
+                        .any(|k| matches!(k, OpKind::Release { hold } if hold == *h))
+            })
             .map(|(h, _)| *h)
             .collect();
         if let Some(&hold) = due.first() {
@@ -417,7 +504,10 @@ impl World {
             } else {
                 b.release_at = self.now;
             }
-            return self.command(c, OpKind::Release { hold }, |op| Command::Release { op, hold });
+            return self.command(c, OpKind::Release { hold }, |op| Command::Release {
+                op,
+                hold,
+            });
         }
         if self.draining {
             return;
@@ -450,7 +540,9 @@ impl World {
             let name = (*self.rng.pick(&NAMES)).to_owned();
             let owner = self.rng.range(1, 2);
             // One outstanding acquire per (name, owner); reentry when held.
-            if self.clients[c].ops.values().any(|k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner)) {
+            if self.clients[c].ops.values().any(
+                |k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner),
+            ) {
                 return;
             }
             let lease = Duration::from_millis(*self.rng.pick(&[30, 200, 1000]));
@@ -460,9 +552,24 @@ impl World {
                 3..=8 => Wait::Until(local + Duration::from_millis(self.rng.range(0, 2500))),
                 _ => Wait::Forever,
             };
-            let max_hold = self.rng.chance(100).then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            let kind = OpKind::Acquire { name: name.clone(), owner };
-            self.command(c, kind, |op| Command::Acquire(Acquire { op, name, owner, lease, wait, max_hold }))
+            let max_hold = self
+                .rng
+                .chance(100)
+                .then(|| Duration::from_millis(self.rng.range(50, 2000)));
+            let kind = OpKind::Acquire {
+                name: name.clone(),
+                owner,
+            };
+            self.command(c, kind, |op| {
+                Command::Acquire(Acquire {
+                    op,
+                    name,
+                    owner,
+                    lease,
+                    wait,
+                    max_hold,
+                })
+            })
         }
     }
 
@@ -479,7 +586,11 @@ impl World {
                         for (channel, payload) in outcome.published {
                             if let Some(&(to, inc)) = self.subscribers.get(&channel) {
                                 let input = Input::Notice(Notice::Message { channel, payload });
-                                self.send(Msg::ToClient { client: to, incarnation: inc, input });
+                                self.send(Msg::ToClient {
+                                    client: to,
+                                    incarnation: inc,
+                                    input,
+                                });
                             }
                         }
                         Ok(outcome.reply)
@@ -488,39 +599,75 @@ impl World {
                 }
             }
         };
-        let input = Input::Reply { id: request.id, reply };
-        self.send(Msg::ToClient { client: c, incarnation, input });
+        let input = Input::Reply {
+            id: request.id,
+            reply,
+        };
+        self.send(Msg::ToClient {
+            client: c,
+            incarnation,
+            input,
+        });
     }
 
     fn step(&mut self) -> bool {
-        let Some(Reverse((at, _, id))) = self.queue.pop() else { return false };
+        let Some(Reverse((at, _, id))) = self.queue.pop() else {
+            return false;
+        };
         let msg = self.msgs.remove(&id).expect("message");
         self.now = at;
         self.steps += 1;
         match msg {
-            Msg::ToServer { client, incarnation, request } => self.server(client, incarnation, request),
-            Msg::ToClient { client, incarnation, input } => {
+            Msg::ToServer {
+                client,
+                incarnation,
+                request,
+            } => self.server(client, incarnation, request),
+            Msg::ToClient {
+                client,
+                incarnation,
+                input,
+            } => {
                 let cl = &self.clients[client];
                 if cl.incarnation == incarnation && cl.engine.is_some() {
                     if cl.paused_until > self.now {
                         // A paused process reads its socket when it wakes up.
                         let later = cl.paused_until - self.now;
-                        self.schedule(later, Msg::ToClient { client, incarnation, input });
+                        self.schedule(
+                            later,
+                            Msg::ToClient {
+                                client,
+                                incarnation,
+                                input,
+                            },
+                        );
                     } else {
                         let local = cl.local(self.now);
                         self.note(|| format!("c{client} <- {input:?}"));
-                        self.clients[client].engine.as_mut().expect("engine").handle_input(local, input);
+                        self.clients[client]
+                            .engine
+                            .as_mut()
+                            .expect("engine")
+                            .handle_input(local, input);
                         self.pump(client);
                     }
                 }
             }
-            Msg::Wake { client, incarnation, at } => {
+            Msg::Wake {
+                client,
+                incarnation,
+                at,
+            } => {
                 let cl = &self.clients[client];
                 let live = cl.incarnation == incarnation && cl.engine.is_some();
                 if live && cl.next_wake == Some(at) && cl.paused_until <= self.now {
                     let local = cl.local(self.now);
                     self.clients[client].next_wake = None;
-                    self.clients[client].engine.as_mut().expect("engine").handle_timeout(local);
+                    self.clients[client]
+                        .engine
+                        .as_mut()
+                        .expect("engine")
+                        .handle_timeout(local);
                     self.pump(client);
                 }
             }
@@ -562,7 +709,10 @@ impl World {
         }
         for (c, client) in self.clients.iter().enumerate() {
             if client.engine.is_some() && !client.ops.is_empty() {
-                self.fail(format!("client {c}: commands never ended: {:?}", client.ops));
+                self.fail(format!(
+                    "client {c}: commands never ended: {:?}",
+                    client.ops
+                ));
             }
         }
         self.stats.steps = self.steps;
@@ -572,7 +722,9 @@ impl World {
 
 fn describe(op: &RedisOp) -> String {
     match op {
-        RedisOp::Eval { script, keys, args } => format!("{} {} {}", script.name(), keys[0], args.join(" ")),
+        RedisOp::Eval { script, keys, args } => {
+            format!("{} {} {}", script.name(), keys[0], args.join(" "))
+        }
         RedisOp::Subscribe { channel } => format!("subscribe {channel}"),
     }
 }
@@ -609,7 +761,14 @@ fn simulation() {
         total.crashes
     );
     if seeds.len() > 1 {
-        assert!(total.steps >= 1_000_000, "only {} steps simulated", total.steps);
-        assert!(total.acquired > 10_000 && total.lost > 100, "the simulation exercised too little: {total:?}");
+        assert!(
+            total.steps >= 1_000_000,
+            "only {} steps simulated",
+            total.steps
+        );
+        assert!(
+            total.acquired > 10_000 && total.lost > 100,
+            "the simulation exercised too little: {total:?}"
+        );
     }
 }

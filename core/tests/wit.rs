@@ -10,11 +10,20 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
     let mut resolve = Resolve::default();
     let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
     let (package, _) = resolve.push_dir(&wit).expect("wit/ parses");
-    assert_eq!(resolve.packages[package].name.to_string(), "dlock:lock@0.1.0");
+    assert_eq!(
+        resolve.packages[package].name.to_string(),
+        "dlock:lock@0.1.0"
+    );
 
-    let world = resolve.select_world(&[package], Some("machine")).expect("world machine");
+    let world = resolve
+        .select_world(&[package], Some("machine"))
+        .expect("world machine");
     let world = &resolve.worlds[world];
-    assert!(world.imports.is_empty(), "machine imports {:?}", world.imports.keys().collect::<Vec<_>>());
+    assert!(
+        world.imports.is_empty(),
+        "machine imports {:?}",
+        world.imports.keys().collect::<Vec<_>>()
+    );
 
     let exported: Vec<String> = world
         .exports
@@ -30,11 +39,19 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
         .exports
         .values()
         .find_map(|item| match item {
-            WorldItem::Interface { id, .. } if resolve.interfaces[*id].name.as_deref() == Some("engine") => Some(*id),
+            WorldItem::Interface { id, .. }
+                if resolve.interfaces[*id].name.as_deref() == Some("engine") =>
+            {
+                Some(*id)
+            }
             _ => None,
         })
         .expect("engine interface");
-    let functions: Vec<&str> = resolve.interfaces[engine].functions.keys().map(String::as_str).collect();
+    let functions: Vec<&str> = resolve.interfaces[engine]
+        .functions
+        .keys()
+        .map(String::as_str)
+        .collect();
     for name in [
         "[static]machine.create",
         "[method]machine.handle-input",
@@ -43,15 +60,31 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
         "[method]machine.poll-timeout",
         "script-source",
     ] {
-        assert!(functions.contains(&name), "engine lacks {name}: has {functions:?}");
+        assert!(
+            functions.contains(&name),
+            "engine lacks {name}: has {functions:?}"
+        );
     }
 }
 
 #[test]
 fn wit_scripts_match_the_core() {
-    let wit = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/dlock.wit")).expect("read");
-    let body = wit.split("enum script {").nth(1).and_then(|s| s.split('}').next()).expect("enum script");
-    let names: Vec<&str> = body.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let core: Vec<&str> = dlock_core::redis::Script::ALL.iter().map(|s| s.name()).collect();
+    let wit =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/dlock.wit"))
+            .expect("read");
+    let body = wit
+        .split("enum script {")
+        .nth(1)
+        .and_then(|s| s.split('}').next())
+        .expect("enum script");
+    let names: Vec<&str> = body
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let core: Vec<&str> = dlock_core::redis::Script::ALL
+        .iter()
+        .map(|s| s.name())
+        .collect();
     assert_eq!(names, core);
 }

@@ -26,7 +26,12 @@ pub enum Script {
 }
 
 impl Script {
-    pub const ALL: [Script; 4] = [Script::Acquire, Script::Release, Script::Dequeue, Script::Extend];
+    pub const ALL: [Script; 4] = [
+        Script::Acquire,
+        Script::Release,
+        Script::Dequeue,
+        Script::Extend,
+    ];
 
     /// The script's name in docs, vectors and logs.
     pub fn name(self) -> &'static str {
@@ -57,7 +62,11 @@ impl Script {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisOp {
     /// Run a protocol script: `EVALSHA sha1(source) len(keys) keys… args…`.
-    Eval { script: Script, keys: Vec<String>, args: Vec<String> },
+    Eval {
+        script: Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    },
     /// `SUBSCRIBE channel` on the transport's pub/sub connection; messages come back as
     /// [`Notice::Message`](crate::Notice::Message). Reply with any value once subscribed.
     Subscribe { channel: String },
@@ -115,7 +124,12 @@ impl LockKeys {
     }
 
     fn all(&self) -> Vec<String> {
-        vec![self.lock.clone(), self.fence.clone(), self.queue.clone(), self.waiters.clone()]
+        vec![
+            self.lock.clone(),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.waiters.clone(),
+        ]
     }
 }
 
@@ -176,20 +190,41 @@ fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
-pub fn acquire(keys: &LockKeys, token: &str, lease: Duration, count: u32, mode: Mode, waiter_lease: Duration) -> RedisOp {
+pub fn acquire(
+    keys: &LockKeys,
+    token: &str,
+    lease: Duration,
+    count: u32,
+    mode: Mode,
+    waiter_lease: Duration,
+) -> RedisOp {
     RedisOp::Eval {
         script: Script::Acquire,
         keys: keys.all(),
-        args: vec![token.to_owned(), ms(lease), count.to_string(), mode.arg().to_owned(), ms(waiter_lease)],
+        args: vec![
+            token.to_owned(),
+            ms(lease),
+            count.to_string(),
+            mode.arg().to_owned(),
+            ms(waiter_lease),
+        ],
     }
 }
 
 pub fn release(keys: &LockKeys, token: &str, count: u32) -> RedisOp {
-    RedisOp::Eval { script: Script::Release, keys: keys.all(), args: vec![token.to_owned(), count.to_string()] }
+    RedisOp::Eval {
+        script: Script::Release,
+        keys: keys.all(),
+        args: vec![token.to_owned(), count.to_string()],
+    }
 }
 
 pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
-    RedisOp::Eval { script: Script::Dequeue, keys: keys.all(), args: vec![token.to_owned()] }
+    RedisOp::Eval {
+        script: Script::Dequeue,
+        keys: keys.all(),
+        args: vec![token.to_owned()],
+    }
 }
 
 /// One EXTEND for many locks: `(lock key, owner token, lease)` each.
@@ -200,16 +235,25 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
         args.push(token.to_owned());
         args.push(ms(lease));
     }
-    RedisOp::Eval { script: Script::Extend, keys, args }
+    RedisOp::Eval {
+        script: Script::Extend,
+        keys,
+        args,
+    }
 }
 
 /// A parsed ACQUIRE reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireReply {
-    Acquired { fencing_token: u64, count: u32 },
+    Acquired {
+        fencing_token: u64,
+        count: u32,
+    },
     Busy,
     /// Queued; `latest` is the lock's latest fencing token when the script ran.
-    Queued { latest: u64 },
+    Queued {
+        latest: u64,
+    },
     NotQueued,
 }
 
@@ -242,11 +286,19 @@ pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
     let bad = || malformed(Script::Acquire, v);
     Ok(match ints(Script::Acquire, v)?.as_slice() {
         [1, fence, count] => AcquireReply::Acquired {
-            fencing_token: u64::try_from(*fence).ok().filter(|f| *f > 0).ok_or_else(bad)?,
-            count: u32::try_from(*count).ok().filter(|c| *c > 0).ok_or_else(bad)?,
+            fencing_token: u64::try_from(*fence)
+                .ok()
+                .filter(|f| *f > 0)
+                .ok_or_else(bad)?,
+            count: u32::try_from(*count)
+                .ok()
+                .filter(|c| *c > 0)
+                .ok_or_else(bad)?,
         },
         [0, _] => AcquireReply::Busy,
-        [2, _, latest] => AcquireReply::Queued { latest: u64::try_from(*latest).map_err(|_| bad())? },
+        [2, _, latest] => AcquireReply::Queued {
+            latest: u64::try_from(*latest).map_err(|_| bad())?,
+        },
         [3] => AcquireReply::NotQueued,
         _ => return Err(bad()),
     })
@@ -256,7 +308,10 @@ pub fn parse_release(v: &Value) -> Result<ReleaseReply, Error> {
     Ok(match ints(Script::Release, v)?.as_slice() {
         [0] => ReleaseReply::NotOwner,
         [1, count] => ReleaseReply::Held {
-            count: u32::try_from(*count).ok().filter(|c| *c > 0).ok_or_else(|| malformed(Script::Release, v))?,
+            count: u32::try_from(*count)
+                .ok()
+                .filter(|c| *c > 0)
+                .ok_or_else(|| malformed(Script::Release, v))?,
         },
         [2, 0 | 1] => ReleaseReply::Freed,
         _ => return Err(malformed(Script::Release, v)),

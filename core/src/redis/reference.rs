@@ -49,7 +49,13 @@ impl Store {
     }
 
     /// Runs `script` atomically at server time `now_ms`, as `EVALSHA` would.
-    pub fn eval(&mut self, now_ms: u64, script: Script, keys: &[String], args: &[String]) -> Result<Outcome, String> {
+    pub fn eval(
+        &mut self,
+        now_ms: u64,
+        script: Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Outcome, String> {
         self.now = now_ms;
         self.published.clear();
         // Redis rolls nothing back when a script fails half way; neither do we.
@@ -59,13 +65,17 @@ impl Store {
             Script::Dequeue => self.dequeue(keys, args),
             Script::Extend => self.extend(keys, args),
         }?;
-        Ok(Outcome { reply, published: std::mem::take(&mut self.published) })
+        Ok(Outcome {
+            reply,
+            published: std::mem::take(&mut self.published),
+        })
     }
 
     /// Number of live keys at server time `now_ms` (expired keys are dropped).
     pub fn len(&mut self, now_ms: u64) -> usize {
         self.now = now_ms;
-        self.keys.retain(|_, e| e.expires_at.is_none_or(|t| now_ms <= t));
+        self.keys
+            .retain(|_, e| e.expires_at.is_none_or(|t| now_ms <= t));
         self.keys.len()
     }
 
@@ -74,8 +84,31 @@ impl Store {
         self.len(now_ms) == 0
     }
 
+    /// Every live key at server time `now_ms` with its contents, in a stable text form
+    /// (`TYPE key value`; sorted-set members without scores, sorted), for comparing keyspaces.
+    pub fn dump(&mut self, now_ms: u64) -> BTreeMap<String, String> {
+        self.len(now_ms);
+        self.keys
+            .iter()
+            .map(|(k, e)| {
+                let shown = match &e.data {
+                    Data::Str(s) => format!("string {s}"),
+                    Data::Hash(h) => format!("hash {h:?}"),
+                    Data::List(l) => format!("list {l:?}"),
+                    Data::ZSet(z) => format!("zset {:?}", z.keys().collect::<Vec<_>>()),
+                };
+                (k.clone(), shown)
+            })
+            .collect()
+    }
+
     /// `HGET` at server time `now_ms`, for inspection (status commands, tests).
-    pub fn hget_at(&mut self, now_ms: u64, key: &str, field: &str) -> Result<Option<String>, String> {
+    pub fn hget_at(
+        &mut self,
+        now_ms: u64,
+        key: &str,
+        field: &str,
+    ) -> Result<Option<String>, String> {
         self.now = now_ms;
         self.hget(key, field)
     }
@@ -107,7 +140,14 @@ impl Store {
                     self.zrem(waiters, token)?;
                 }
                 let f = self.incr(fence)?;
-                self.hset(lock, &[("owner", token.clone()), ("count", "1".into()), ("fence", f.to_string())])?;
+                self.hset(
+                    lock,
+                    &[
+                        ("owner", token.clone()),
+                        ("count", "1".into()),
+                        ("fence", f.to_string()),
+                    ],
+                )?;
                 self.pexpire(lock, lease);
                 return Ok(ints(&[1, f, 1]));
             }
@@ -176,27 +216,54 @@ impl Store {
 
     // --- the prelude's helpers ---
 
-    fn live_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<Option<(String, i64)>, String> {
+    fn live_head(
+        &mut self,
+        queue: &str,
+        waiters: &str,
+        now: u64,
+    ) -> Result<Option<(String, i64)>, String> {
         loop {
-            let Some(head) = self.lindex0(queue)? else { return Ok(None) };
+            let Some(head) = self.lindex0(queue)? else {
+                return Ok(None);
+            };
             if let Some(deadline) = self.zscore(waiters, &head)?
-                && deadline > now as f64 {
-                    return Ok(Some((head, deadline as i64)));
-                }
+                && deadline > now as f64
+            {
+                return Ok(Some((head, deadline as i64)));
+            }
             self.lpop(queue)?;
             self.zrem(waiters, &head)?;
         }
     }
 
-    fn hand_off(&mut self, lock: &str, fence: &str, queue: &str, waiters: &str, now: u64) -> Result<i64, String> {
-        let Some((head, deadline)) = self.live_head(queue, waiters, now)? else { return Ok(0) };
+    fn hand_off(
+        &mut self,
+        lock: &str,
+        fence: &str,
+        queue: &str,
+        waiters: &str,
+        now: u64,
+    ) -> Result<i64, String> {
+        let Some((head, deadline)) = self.live_head(queue, waiters, now)? else {
+            return Ok(0);
+        };
         self.lpop(queue)?;
         self.zrem(waiters, &head)?;
         let token = self.incr(fence)?;
-        self.hset(lock, &[("owner", head.clone()), ("count", "1".into()), ("fence", token.to_string())])?;
+        self.hset(
+            lock,
+            &[
+                ("owner", head.clone()),
+                ("count", "1".into()),
+                ("fence", token.to_string()),
+            ],
+        )?;
         self.pexpire(lock, deadline - now as i64);
         let client = head.get(..32).unwrap_or(&head);
-        self.published.push((format!("dlock:wake:{client}"), format!("{head} {token}").into_bytes()));
+        self.published.push((
+            format!("dlock:wake:{client}"),
+            format!("{head} {token}").into_bytes(),
+        ));
         Ok(1)
     }
 
@@ -210,7 +277,11 @@ impl Store {
 
     fn live(&mut self, key: &str) -> Option<&mut Entry> {
         let now = self.now;
-        if self.keys.get(key).is_some_and(|e| e.expires_at.is_some_and(|t| now > t)) {
+        if self
+            .keys
+            .get(key)
+            .is_some_and(|e| e.expires_at.is_some_and(|t| now > t))
+        {
             self.keys.remove(key);
         }
         self.keys.get_mut(key)
@@ -225,8 +296,13 @@ impl Store {
         let now = self.now;
         match self.live(key) {
             None => -2,
-            Some(Entry { expires_at: None, .. }) => -1,
-            Some(Entry { expires_at: Some(t), .. }) => (*t as i64 - now as i64).max(0),
+            Some(Entry {
+                expires_at: None, ..
+            }) => -1,
+            Some(Entry {
+                expires_at: Some(t),
+                ..
+            }) => (*t as i64 - now as i64).max(0),
         }
     }
 
@@ -242,13 +318,23 @@ impl Store {
     fn incr(&mut self, key: &str) -> Result<i64, String> {
         let next = match self.live(key).map(|e| &e.data) {
             None => 1,
-            Some(Data::Str(s)) => s.parse::<i64>().map_err(|_| "ERR value is not an integer or out of range")? + 1,
+            Some(Data::Str(s)) => {
+                s.parse::<i64>()
+                    .map_err(|_| "ERR value is not an integer or out of range")?
+                    + 1
+            }
             Some(_) => return Err(WRONGTYPE.into()),
         };
         match self.live(key) {
             Some(e) => e.data = Data::Str(next.to_string()),
             None => {
-                self.keys.insert(key.to_owned(), Entry { data: Data::Str(next.to_string()), expires_at: None });
+                self.keys.insert(
+                    key.to_owned(),
+                    Entry {
+                        data: Data::Str(next.to_string()),
+                        expires_at: None,
+                    },
+                );
             }
         }
         Ok(next)
@@ -272,7 +358,9 @@ impl Store {
 
     fn hset(&mut self, key: &str, pairs: &[(&str, String)]) -> Result<(), String> {
         let entry = self.entry_or(key, || Data::Hash(BTreeMap::new()));
-        let Data::Hash(h) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        let Data::Hash(h) = &mut entry.data else {
+            return Err(WRONGTYPE.into());
+        };
         for (field, value) in pairs {
             h.insert((*field).to_owned(), value.clone());
         }
@@ -299,7 +387,9 @@ impl Store {
 
     fn rpush(&mut self, key: &str, value: &str) -> Result<(), String> {
         let entry = self.entry_or(key, || Data::List(VecDeque::new()));
-        let Data::List(l) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        let Data::List(l) = &mut entry.data else {
+            return Err(WRONGTYPE.into());
+        };
         l.push_back(value.to_owned());
         Ok(())
     }
@@ -324,7 +414,9 @@ impl Store {
 
     fn zadd(&mut self, key: &str, score: f64, member: &str) -> Result<(), String> {
         let entry = self.entry_or(key, || Data::ZSet(BTreeMap::new()));
-        let Data::ZSet(z) = &mut entry.data else { return Err(WRONGTYPE.into()) };
+        let Data::ZSet(z) = &mut entry.data else {
+            return Err(WRONGTYPE.into());
+        };
         z.insert(member.to_owned(), score);
         Ok(())
     }
@@ -341,7 +433,10 @@ impl Store {
 
     fn entry_or(&mut self, key: &str, empty: impl FnOnce() -> Data) -> &mut Entry {
         self.live(key);
-        self.keys.entry(key.to_owned()).or_insert_with(|| Entry { data: empty(), expires_at: None })
+        self.keys.entry(key.to_owned()).or_insert_with(|| Entry {
+            data: empty(),
+            expires_at: None,
+        })
     }
 
     /// Redis deletes a list, hash or sorted set when its last element goes.
@@ -367,7 +462,8 @@ fn four(keys: &[String]) -> Result<[&String; 4], String> {
 
 fn args_n<const N: usize>(args: &[String]) -> Result<[&String; N], String> {
     let refs: Vec<&String> = args.iter().collect();
-    refs.try_into().map_err(|_| format!("ERR expected {N} arguments, got {}", args.len()))
+    refs.try_into()
+        .map_err(|_| format!("ERR expected {N} arguments, got {}", args.len()))
 }
 
 fn int(s: &str) -> Result<i64, String> {

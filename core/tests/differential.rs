@@ -1,0 +1,310 @@
+//! The reference store against a real redis-server: the same random sequences of script
+//! calls must give the same replies and leave the same keyspace.
+//!
+//! The test starts its own `redis-server` (from `PATH`; `scripts/setup` installs it) on a
+//! free loopback port in a temporary directory and stops it at the end. Some leases are a few
+//! milliseconds long, so locks and waiters expire during a run (dead queue heads, free locks
+//! with waiters). To keep expiry away from the instants the two sides compare, calls start
+//! just after a 10 ms tick of the server's clock and short leases are 5 ms past a multiple
+//! of 10 ms: every expiry falls mid-tick, far from any call. The reference store runs each
+//! script at the server's `TIME` read just before the call (remaining TTLs in replies may
+//! differ by a millisecond).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ::redis as resp;
+use dlock_core::ClientId;
+use dlock_core::redis::reference::Store;
+use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, Value};
+
+/// A redis-server of our own, gone when dropped.
+struct RedisServer {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl RedisServer {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "dlock-redis-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port();
+            let child = Command::new("redis-server")
+                .args([
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    &port.to_string(),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH (scripts/setup installs it)");
+            let mut server = RedisServer {
+                child,
+                dir: dir.clone(),
+                port,
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(mut con) = server.client().get_connection()
+                    && resp::cmd("PING").query::<String>(&mut con).is_ok()
+                {
+                    return server;
+                }
+                if server.child.try_wait().ok().flatten().is_some() {
+                    break; // the port was taken in the meantime: try another
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = server.child.kill();
+        }
+        panic!("redis-server did not start");
+    }
+
+    fn client(&self) -> ::redis::Client {
+        ::redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("url")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+fn convert(v: resp::Value) -> Value {
+    match v {
+        resp::Value::Nil => Value::Nil,
+        resp::Value::Int(i) => Value::Int(i),
+        resp::Value::BulkString(b) => Value::Data(b),
+        resp::Value::SimpleString(s) => Value::Status(s),
+        resp::Value::Okay => Value::Status("OK".into()),
+        resp::Value::Array(items) => Value::Array(items.into_iter().map(convert).collect()),
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+/// Replies agree, except remaining TTLs (`{0, pttl}`, `{2, pttl, latest}`) within 50 ms.
+fn same_reply(script: Script, real: &Value, reference: &Value) -> bool {
+    match (script, real, reference) {
+        (Script::Acquire, Value::Array(a), Value::Array(b))
+            if a.len() == b.len() && matches!(a.first(), Some(Value::Int(0 | 2))) =>
+        {
+            a.iter().zip(b).enumerate().all(|(i, pair)| match pair {
+                (Value::Int(x), Value::Int(y)) if i == 1 => (x - y).abs() <= 50,
+                (x, y) => x == y,
+            })
+        }
+        _ => real == reference,
+    }
+}
+
+/// The server's keyspace, read atomically by a script (Redis freezes expiry time for a
+/// script's duration), with the server time in ms at which it was read.
+const DUMP: &str = r"
+local t = redis.call('TIME')
+local out = {t[1] * 1000 + math.floor(t[2] / 1000)}
+for _, k in ipairs(redis.call('KEYS', '*')) do
+  local kind = redis.call('TYPE', k)['ok']
+  local v = {}
+  if kind == 'string' then v = {redis.call('GET', k)}
+  elseif kind == 'hash' then v = redis.call('HGETALL', k)
+  elseif kind == 'list' then v = redis.call('LRANGE', k, 0, -1)
+  elseif kind == 'zset' then v = redis.call('ZRANGE', k, 0, -1)
+  end
+  table.insert(out, {k, kind, v})
+end
+return out
+";
+
+fn dump_real(con: &mut resp::Connection) -> (u64, BTreeMap<String, String>) {
+    type Entry = (String, String, Vec<String>);
+    let (at, entries): (u64, Vec<Entry>) = {
+        let v: resp::Value = resp::Script::new(DUMP).invoke(con).expect("dump");
+        let resp::Value::Array(mut items) = v else {
+            panic!("dump replied {v:?}")
+        };
+        let at: u64 = resp::from_redis_value(items.remove(0)).expect("time");
+        (
+            at,
+            items
+                .into_iter()
+                .map(|i| resp::from_redis_value(i).expect("entry"))
+                .collect(),
+        )
+    };
+    let keys = entries
+        .into_iter()
+        .map(|(k, kind, v)| {
+            let shown = match kind.as_str() {
+                "string" => format!("string {}", v[0]),
+                "hash" => format!(
+                    "hash {:?}",
+                    v.chunks(2)
+                        .map(|p| (p[0].clone(), p[1].clone()))
+                        .collect::<BTreeMap<_, _>>()
+                ),
+                "list" => format!("list {v:?}"),
+                "zset" => format!(
+                    "zset {:?}",
+                    v.iter()
+                        .collect::<BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                ),
+                other => panic!("unexpected key type {other}"),
+            };
+            (k, shown)
+        })
+        .collect();
+    (at, keys)
+}
+
+const TICK_MS: u64 = 10;
+
+/// Sleeps until just after the server clock's next tick.
+fn next_tick(con: &mut resp::Connection) {
+    let now = server_ms(con);
+    let wait = TICK_MS - now % TICK_MS;
+    std::thread::sleep(Duration::from_millis(wait) + Duration::from_micros(300));
+}
+
+fn server_ms(con: &mut resp::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = resp::cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
+    let keys = LockKeys::new(names[rng.below(names.len() as u64) as usize]);
+    let token = &tokens[rng.below(tokens.len() as u64) as usize];
+    let mut lease = || {
+        if rng.below(3) == 0 {
+            Duration::from_millis(5 + TICK_MS * rng.below(4))
+        } else {
+            Duration::from_secs(60)
+        }
+    };
+    let (lease, waiter_lease) = (lease(), lease());
+    match rng.below(10) {
+        0..=4 => {
+            let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
+            let count = 1 + rng.below(3) as u32;
+            redis::acquire(&keys, token, lease, count, mode, waiter_lease)
+        }
+        5..=6 => redis::release(&keys, token, rng.below(3) as u32),
+        7 => redis::dequeue(&keys, token),
+        _ => {
+            let n = 1 + rng.below(3) as usize;
+            let picks: Vec<(LockKeys, String, Duration)> = (0..n)
+                .map(|_| {
+                    let k = LockKeys::new(names[rng.below(names.len() as u64) as usize]);
+                    let t = tokens[rng.below(tokens.len() as u64) as usize].clone();
+                    (k, t, Duration::from_secs(30 + rng.below(90)))
+                })
+                .collect();
+            redis::extend(
+                picks
+                    .iter()
+                    .map(|(k, t, l)| (k.lock.as_str(), t.as_str(), *l)),
+            )
+        }
+    }
+}
+
+#[test]
+fn reference_store_matches_redis_server() {
+    let server = RedisServer::start();
+    let mut con = server.client().get_connection().expect("connect");
+    let scripts: BTreeMap<Script, resp::Script> = Script::ALL
+        .iter()
+        .map(|s| (*s, resp::Script::new(&s.source())))
+        .collect();
+    let names = ["orders/42", "a{b}c", "%7B"];
+    let tokens: Vec<String> = (0..6)
+        .map(|i| redis::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
+        .collect();
+    let mut ops = 0;
+    for seed in 1..=8 {
+        let mut rng = Rng(seed);
+        let mut store = Store::new();
+        let _: () = resp::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+        for step in 0..150 {
+            let RedisOp::Eval { script, keys, args } = random_op(&mut rng, &names, &tokens) else {
+                unreachable!()
+            };
+            next_tick(&mut con);
+            let at = server_ms(&mut con);
+            let mut call = scripts[&script].prepare_invoke();
+            for k in &keys {
+                call.key(k);
+            }
+            for a in &args {
+                call.arg(a);
+            }
+            let real = convert(
+                call.invoke::<resp::Value>(&mut con)
+                    .expect("script runs on redis-server"),
+            );
+            let (dumped, real_keys) = dump_real(&mut con);
+            let reference = store
+                .eval(at, script, &keys, &args)
+                .expect("script runs on the reference store")
+                .reply;
+            let ref_keys = store.dump(dumped);
+            let differing: Vec<String> = real_keys
+                .keys()
+                .chain(ref_keys.keys())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|k| real_keys.get(*k) != ref_keys.get(*k))
+                .map(|k| {
+                    format!(
+                        "{k}: redis-server {:?}, reference {:?}",
+                        real_keys.get(k),
+                        ref_keys.get(k)
+                    )
+                })
+                .collect();
+            assert!(
+                same_reply(script, &real, &reference) && differing.is_empty(),
+                "seed {seed} step {step}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}\n  reference:    {reference:?}\n  {}",
+                script.name(),
+                differing.join("\n  "),
+            );
+            ops += 1;
+        }
+    }
+    println!("reference store matched redis-server on {ops} script calls");
+}
