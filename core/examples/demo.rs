@@ -39,6 +39,27 @@ struct Worker {
     asked_at: Instant,
 }
 
+impl Worker {
+    /// The worker asks for the lock at `at`, ready to wait as long as it takes.
+    fn ask(&mut self, at: Instant) -> Input {
+        self.asked_at = at;
+        let op = self.op();
+        Input::Command(Command::Acquire(Acquire {
+            op,
+            name: LOCK.into(),
+            owner: 1,
+            lease: Duration::from_secs(2),
+            wait: Wait::Forever,
+            max_hold: None,
+        }))
+    }
+
+    fn op(&mut self) -> OpId {
+        self.next_op += 1;
+        OpId(self.next_op)
+    }
+}
+
 fn main() {
     let start = Instant::from_nanos(0);
     let mut workers: Vec<Worker> = (0..WORKERS)
@@ -47,7 +68,7 @@ fn main() {
                 Engine::new(Config::new(ClientId(0xd10c_0000 + i as u128)), start).expect("config");
             Worker {
                 engine,
-                next_op: 1,
+                next_op: 0,
                 rounds: 0,
                 asked_at: start,
             }
@@ -64,24 +85,8 @@ fn main() {
     for (i, w) in workers.iter_mut().enumerate() {
         // Everyone asks at (almost) the same moment.
         let at = start + Duration::from_micros(10 * i as u64);
-        w.asked_at = at;
-        let op = OpId(w.next_op);
-        w.next_op += 1;
-        let acquire = Acquire {
-            op,
-            name: LOCK.into(),
-            owner: 1,
-            lease: Duration::from_secs(2),
-            wait: Wait::Forever,
-            max_hold: None,
-        };
-        net.schedule(
-            at,
-            Delivery::Worker {
-                worker: i,
-                input: Input::Command(Command::Acquire(acquire)),
-            },
-        );
+        let input = w.ask(at);
+        net.schedule(at, Delivery::Worker { worker: i, input });
     }
 
     let mut now = start;
@@ -142,8 +147,7 @@ fn main() {
                     tokens.push(fencing_token);
                     // Work for a while, then release.
                     let work = Duration::from_millis(5 + 3 * worker as u64);
-                    let op = OpId(w.next_op);
-                    w.next_op += 1;
+                    let op = w.op();
                     let input = Input::Command(Command::Release { op, hold });
                     net.schedule(now + work, Delivery::Worker { worker, input });
                 }
@@ -152,18 +156,7 @@ fn main() {
                     let w = &mut workers[worker];
                     w.rounds += 1;
                     if w.rounds < ROUNDS {
-                        w.asked_at = now;
-                        let op = OpId(w.next_op);
-                        w.next_op += 1;
-                        let acquire = Acquire {
-                            op,
-                            name: LOCK.into(),
-                            owner: 1,
-                            lease: Duration::from_secs(2),
-                            wait: Wait::Forever,
-                            max_hold: None,
-                        };
-                        let input = Input::Command(Command::Acquire(acquire));
+                        let input = w.ask(now);
                         net.schedule(now, Delivery::Worker { worker, input });
                     }
                 }

@@ -560,11 +560,7 @@ impl Engine {
                 self.finish(Event::Failed { op, error });
             }
             Ok(_) => {
-                self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed {
-                    op,
-                    error: Error::LockLost { hold },
-                });
+                self.refused(seq, op);
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
@@ -605,11 +601,7 @@ impl Engine {
                 self.finish(Event::Released { op, hold, count })
             }
             Ok(ReleaseReply::NotOwner) => {
-                self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed {
-                    op,
-                    error: Error::LockLost { hold },
-                });
+                self.refused(seq, op);
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
@@ -651,11 +643,7 @@ impl Engine {
                 }
             }
             Ok(_) => {
-                self.lose(seq, LostReason::NotOwner);
-                self.finish(Event::Failed {
-                    op,
-                    error: Error::LockLost { hold },
-                });
+                self.refused(seq, op);
             }
             Err(error) => self.finish(Event::Failed { op, error }),
         }
@@ -933,6 +921,16 @@ impl Engine {
         self.event(Event::Lost {
             hold: HoldId(seq),
             reason,
+        });
+    }
+
+    /// The server says `seq` is not ours while command `op` was acting on it.
+    fn refused(&mut self, seq: u64, op: OpId) {
+        self.lose(seq, LostReason::NotOwner);
+        let hold = HoldId(seq);
+        self.finish(Event::Failed {
+            op,
+            error: Error::LockLost { hold },
         });
     }
 
