@@ -116,14 +116,18 @@ fn convert(v: resp::Value) -> Value {
     }
 }
 
-/// Replies agree, except remaining TTLs (`{0, pttl}`, `{2, pttl, latest}`) within 50 ms.
+/// Replies agree, except remaining TTLs (ACQUIRE's `{0, pttl}` and `{2, pttl, latest}`,
+/// STATUS's fourth item) within 50 ms.
 fn same_reply(script: Script, real: &Value, reference: &Value) -> bool {
-    match (script, real, reference) {
-        (Script::Acquire, Value::Array(a), Value::Array(b))
-            if a.len() == b.len() && matches!(a.first(), Some(Value::Int(0 | 2))) =>
-        {
+    let ttl_at = match (script, real) {
+        (Script::Acquire, Value::Array(a)) if matches!(a.first(), Some(Value::Int(0 | 2))) => Some(1),
+        (Script::Status, _) => Some(3),
+        _ => None,
+    };
+    match (ttl_at, real, reference) {
+        (Some(at), Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
             a.iter().zip(b).enumerate().all(|(i, pair)| match pair {
-                (Value::Int(x), Value::Int(y)) if i == 1 => (x - y).abs() <= 50,
+                (Value::Int(x), Value::Int(y)) if i == at => (x - y).abs() <= 50,
                 (x, y) => x == y,
             })
         }
@@ -225,6 +229,7 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         }
         5..=6 => redis::release(&keys, token, rng.below(3) as u32),
         7 => redis::dequeue(&keys, token),
+        8 => redis::status(&keys),
         _ => {
             let n = 1 + rng.below(3) as usize;
             let picks: Vec<(LockKeys, String, Duration)> = (0..n)

@@ -23,14 +23,17 @@ pub enum Script {
     Release,
     Dequeue,
     Extend,
+    /// Read only: who holds a lock, until when, and who waits.
+    Status,
 }
 
 impl Script {
-    pub const ALL: [Script; 4] = [
+    pub const ALL: [Script; 5] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
         Script::Extend,
+        Script::Status,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -40,6 +43,7 @@ impl Script {
             Script::Release => "release",
             Script::Dequeue => "dequeue",
             Script::Extend => "extend",
+            Script::Status => "status",
         }
     }
 
@@ -50,6 +54,7 @@ impl Script {
             Script::Release => include_str!("lua/release.lua"),
             Script::Dequeue => include_str!("lua/dequeue.lua"),
             Script::Extend => include_str!("lua/extend.lua"),
+            Script::Status => include_str!("lua/status.lua"),
         };
         let mut source = String::with_capacity(PRELUDE.len() + body.len());
         source.push_str(PRELUDE);
@@ -240,6 +245,53 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
         keys,
         args,
     }
+}
+
+/// STATUS for one lock.
+pub fn status(keys: &LockKeys) -> RedisOp {
+    RedisOp::Eval { script: Script::Status, keys: keys.all(), args: Vec::new() }
+}
+
+/// A parsed STATUS reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockStatus {
+    /// The holder's owner token, `None` when the lock is free.
+    pub owner: Option<String>,
+    /// The holder's hold count (0 when free).
+    pub count: u32,
+    /// The holder's fencing token (0 when free).
+    pub fencing_token: u64,
+    /// What is left of the holder's lease.
+    pub ttl: Option<Duration>,
+    /// The latest fencing token ever given out for this lock (0: never held).
+    pub latest_token: u64,
+    /// Owner tokens of the live waiters, first in line first.
+    pub waiters: Vec<String>,
+}
+
+pub fn parse_status(v: &Value) -> Result<LockStatus, Error> {
+    let bad = || malformed(Script::Status, v);
+    let Value::Array(items) = v else { return Err(bad()) };
+    let text = |v: &Value| match v {
+        Value::Data(d) => String::from_utf8(d.clone()).map_err(|_| bad()),
+        _ => Err(bad()),
+    };
+    let int = |v: &Value| match v {
+        Value::Int(i) => Ok(*i),
+        _ => Err(bad()),
+    };
+    let [owner, count, fence, pttl, latest, waiters @ ..] = items.as_slice() else {
+        return Err(bad());
+    };
+    let owner = text(owner)?;
+    Ok(LockStatus {
+        owner: (!owner.is_empty()).then_some(owner),
+        count: u32::try_from(int(count)?).map_err(|_| bad())?,
+        fencing_token: u64::try_from(int(fence)?).map_err(|_| bad())?,
+        ttl: u64::try_from(int(pttl)?).ok().map(Duration::from_millis),
+        latest_token: u64::try_from(int(latest)?).map_err(|_| bad())?,
+        waiters: waiters.iter().map(text).collect::<Result<_, _>>()?,
+    })
 }
 
 /// A parsed ACQUIRE reply.

@@ -64,6 +64,7 @@ impl Store {
             Script::Release => self.release(keys, args),
             Script::Dequeue => self.dequeue(keys, args),
             Script::Extend => self.extend(keys, args),
+            Script::Status => self.status(keys),
         }?;
         Ok(Outcome {
             reply,
@@ -212,6 +213,25 @@ impl Store {
             }
         }
         Ok(Value::Array(result))
+    }
+
+    fn status(&mut self, keys: &[String]) -> Result<Value, String> {
+        let [lock, fence, queue, waiters] = four(keys)?;
+        let number = |v: Option<String>| v.map(|s| int(&s)).transpose().map(Option::unwrap_or_default);
+        let mut reply = vec![
+            Value::Data(self.hget(lock, "owner")?.unwrap_or_default().into_bytes()),
+            Value::Int(number(self.hget(lock, "count")?)?),
+            Value::Int(number(self.hget(lock, "fence")?)?),
+            Value::Int(self.pttl(lock)),
+            Value::Int(number(self.get(fence)?)?),
+        ];
+        let now = self.now;
+        for waiter in self.lrange(queue)? {
+            if self.zscore(waiters, &waiter)?.is_some_and(|d| d > now as f64) {
+                reply.push(Value::Data(waiter.into_bytes()));
+            }
+        }
+        Ok(Value::Array(reply))
     }
 
     // --- the prelude's helpers ---
@@ -371,6 +391,14 @@ impl Store {
         match self.live(key).map(|e| &e.data) {
             None => Ok(None),
             Some(Data::List(l)) => Ok(l.front().cloned()),
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    fn lrange(&mut self, key: &str) -> Result<Vec<String>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(Vec::new()),
+            Some(Data::List(l)) => Ok(l.iter().cloned().collect()),
             Some(_) => Err(WRONGTYPE.into()),
         }
     }
