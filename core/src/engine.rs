@@ -1000,7 +1000,8 @@ impl Engine {
     }
 }
 
-fn check_name(name: &str) -> Result<(), Error> {
+/// Checks a lock name: 1 to [`MAX_NAME_LEN`] bytes.
+pub fn check_name(name: &str) -> Result<(), Error> {
     match name.len() {
         0 => Err(Error::EmptyName),
         len if len > MAX_NAME_LEN => Err(Error::NameTooLong { len }),

@@ -68,7 +68,7 @@ mod time;
 mod timers;
 mod types;
 
-pub use engine::{Config, Engine, HoldInfo};
+pub use engine::{Config, Engine, HoldInfo, check_name};
 pub use error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE, TransportError};
 pub use time::{Instant, drift};
 pub use types::{

@@ -11,86 +11,13 @@
 //! differ by a millisecond).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, Value};
-
-/// A redis-server of our own, gone when dropped.
-struct RedisServer {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "dlock-redis-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let child = Command::new("redis-server")
-                .args([
-                    "--bind",
-                    "127.0.0.1",
-                    "--port",
-                    &port.to_string(),
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("redis-server on PATH (scripts/setup installs it)");
-            let mut server = RedisServer {
-                child,
-                dir: dir.clone(),
-                port,
-            };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(mut con) = server.client().get_connection()
-                    && resp::cmd("PING").query::<String>(&mut con).is_ok()
-                {
-                    return server;
-                }
-                if server.child.try_wait().ok().flatten().is_some() {
-                    break; // the port was taken in the meantime: try another
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = server.child.kill();
-        }
-        panic!("redis-server did not start");
-    }
-
-    fn client(&self) -> ::redis::Client {
-        ::redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).expect("url")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use dlock_testkit::RedisServer;
 
 struct Rng(u64);
 
@@ -120,7 +47,9 @@ fn convert(v: resp::Value) -> Value {
 /// STATUS's fourth item) within 50 ms.
 fn same_reply(script: Script, real: &Value, reference: &Value) -> bool {
     let ttl_at = match (script, real) {
-        (Script::Acquire, Value::Array(a)) if matches!(a.first(), Some(Value::Int(0 | 2))) => Some(1),
+        (Script::Acquire, Value::Array(a)) if matches!(a.first(), Some(Value::Int(0 | 2))) => {
+            Some(1)
+        }
         (Script::Status, _) => Some(3),
         _ => None,
     };
@@ -251,7 +180,9 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
 #[test]
 fn reference_store_matches_redis_server() {
     let server = RedisServer::start();
-    let mut con = server.client().get_connection().expect("connect");
+    let mut con = resp::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
     let scripts: BTreeMap<Script, resp::Script> = Script::ALL
         .iter()
         .map(|s| (*s, resp::Script::new(&s.source())))

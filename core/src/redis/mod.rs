@@ -249,7 +249,11 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
 
 /// STATUS for one lock.
 pub fn status(keys: &LockKeys) -> RedisOp {
-    RedisOp::Eval { script: Script::Status, keys: keys.all(), args: Vec::new() }
+    RedisOp::Eval {
+        script: Script::Status,
+        keys: keys.all(),
+        args: Vec::new(),
+    }
 }
 
 /// A parsed STATUS reply.
@@ -271,7 +275,9 @@ pub struct LockStatus {
 
 pub fn parse_status(v: &Value) -> Result<LockStatus, Error> {
     let bad = || malformed(Script::Status, v);
-    let Value::Array(items) = v else { return Err(bad()) };
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
     let text = |v: &Value| match v {
         Value::Data(d) => String::from_utf8(d.clone()).map_err(|_| bad()),
         _ => Err(bad()),

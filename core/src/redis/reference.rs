@@ -217,7 +217,11 @@ impl Store {
 
     fn status(&mut self, keys: &[String]) -> Result<Value, String> {
         let [lock, fence, queue, waiters] = four(keys)?;
-        let number = |v: Option<String>| v.map(|s| int(&s)).transpose().map(Option::unwrap_or_default);
+        let number = |v: Option<String>| {
+            v.map(|s| int(&s))
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
         let mut reply = vec![
             Value::Data(self.hget(lock, "owner")?.unwrap_or_default().into_bytes()),
             Value::Int(number(self.hget(lock, "count")?)?),
@@ -227,7 +231,10 @@ impl Store {
         ];
         let now = self.now;
         for waiter in self.lrange(queue)? {
-            if self.zscore(waiters, &waiter)?.is_some_and(|d| d > now as f64) {
+            if self
+                .zscore(waiters, &waiter)?
+                .is_some_and(|d| d > now as f64)
+            {
                 reply.push(Value::Data(waiter.into_bytes()));
             }
         }

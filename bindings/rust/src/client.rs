@@ -1,0 +1,339 @@
+//! The public API: [`Client`], [`LockBuilder`], [`Guard`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock_core::redis::{self, LockKeys, LockStatus};
+use dlock_core::{ClientId, Config, Engine, HoldId, Instant, LostReason, OpId};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
+
+use crate::Error;
+use crate::driver::{Call, Driver, Granted};
+use crate::transport::{Backend, Transport};
+
+/// The lease a lock gets when none is set: renewed every 10 s while held, gone 30 s after
+/// its holder dies (Redisson's watchdog default).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// A connection to one lock backend. Cheap to clone; all clones share one engine and one
+/// connection. The engine runs on a tokio task until the last clone and guard are dropped.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    calls: mpsc::UnboundedSender<Call>,
+    transport: Transport,
+    ids: Arc<AtomicU64>,
+    client_id: ClientId,
+}
+
+/// Options for [`Client`]; start with [`Client::builder`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    url: String,
+    waiter_lease: Option<Duration>,
+    request_timeout: Option<Duration>,
+}
+
+impl ClientBuilder {
+    /// How long a queued waiter keeps its place without renewing it (default 3 s).
+    pub fn waiter_lease(mut self, d: Duration) -> Self {
+        self.waiter_lease = Some(d);
+        self
+    }
+
+    /// How long a backend request may take before it counts as failed (default 2 s).
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = Some(d);
+        self
+    }
+
+    /// Connects. Fails on a malformed or unsupported URL, or an unreachable backend.
+    pub async fn connect(self) -> Result<Client, Error> {
+        let backend = Backend::parse(&self.url)?;
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id)
+            .map_err(|e| Error::Connect(format!("no randomness for the client id: {e}")))?;
+        let client_id = ClientId(u128::from_le_bytes(id));
+        let mut config = Config::new(client_id);
+        if let Some(d) = self.waiter_lease {
+            config.waiter_lease = d;
+        }
+        if let Some(d) = self.request_timeout {
+            config.request_timeout = d;
+        }
+        let base = tokio::time::Instant::now();
+        let engine = Engine::new(config, Instant::from_nanos(0))?;
+        let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
+        let transport = Transport::connect(&backend, inputs_tx.clone()).await?;
+        let (calls, calls_rx) = mpsc::unbounded_channel();
+        let ids = Arc::new(AtomicU64::new(1));
+        let driver = Driver::new(
+            engine,
+            transport.clone(),
+            base,
+            calls_rx,
+            (inputs_tx, inputs_rx),
+            ids.clone(),
+        );
+        tokio::spawn(
+            driver.run().instrument(
+                tracing::debug_span!("dlock", client = %format!("{:032x}", client_id.0)),
+            ),
+        );
+        Ok(Client {
+            inner: Arc::new(Inner {
+                calls,
+                transport,
+                ids,
+                client_id,
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// Connects to `redis://host:port[/db]` or `memory://[name]` with default options.
+    pub async fn connect(url: &str) -> Result<Client, Error> {
+        Self::builder(url).connect().await
+    }
+
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            waiter_lease: None,
+            request_timeout: None,
+        }
+    }
+
+    /// This client's random 128-bit id; its owner tokens start with it in hex.
+    pub fn id(&self) -> ClientId {
+        self.inner.client_id
+    }
+
+    /// A lock named `name`, to configure and acquire.
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder {
+            client: self.clone(),
+            name: name.into(),
+            lease: DEFAULT_LEASE,
+            wait: None,
+            max_hold: None,
+            owner: None,
+        }
+    }
+
+    /// Who holds `name`, with which token, for how long, and who waits.
+    pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
+        dlock_core::check_name(name)?;
+        let reply = self
+            .inner
+            .transport
+            .execute(redis::status(&LockKeys::new(name)))
+            .await;
+        let value = reply.map_err(|e| Error::Engine(e.into()))?;
+        Ok(redis::parse_status(&value)?)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.inner.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn send(&self, call: Call) -> Result<(), Error> {
+        self.inner.calls.send(call).map_err(|_| Error::Closed)
+    }
+}
+
+/// One lock, being configured: `client.lock(name).lease(..).wait(..).acquire().await`.
+#[derive(Debug, Clone)]
+#[must_use = "a LockBuilder does nothing until acquired"]
+pub struct LockBuilder {
+    client: Client,
+    name: String,
+    lease: Duration,
+    wait: Option<Duration>,
+    max_hold: Option<Duration>,
+    owner: Option<u64>,
+}
+
+impl LockBuilder {
+    /// Time to live on the server, renewed every third of it while held (default 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) may wait (default: as long as it takes).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Stop renewing and release this long after acquiring; the guard then reports lost.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Who acquires. Acquiring again with the same owner while it holds the lock is
+    /// reentrant: same fencing token, one more release needed. By default every
+    /// `LockBuilder` is an owner of its own.
+    pub fn owner(mut self, owner: u64) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Waits for the lock (up to [`wait`](Self::wait)). Dropping the future leaves the queue.
+    pub async fn acquire(self) -> Result<Guard, Error> {
+        let wait = self.wait;
+        self.run(wait).await?.ok_or(Error::WaitTimedOut)
+    }
+
+    /// Takes the lock if it is free now; `None` if someone holds it or waits for it.
+    pub async fn try_acquire(self) -> Result<Option<Guard>, Error> {
+        self.run(Some(Duration::ZERO)).await
+    }
+
+    async fn run(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
+        let span = tracing::debug_span!("acquire", lock = %self.name);
+        async move {
+            let client = self.client;
+            let op = OpId(client.next_id());
+            let owner = self.owner.unwrap_or_else(|| client.next_id());
+            let (reply, granted) = oneshot::channel();
+            client.send(Call::Acquire {
+                op,
+                name: self.name.clone(),
+                owner,
+                lease: self.lease,
+                wait,
+                max_hold: self.max_hold,
+                reply,
+            })?;
+            let mut cancel = CancelOnDrop {
+                client: Some(client.clone()),
+                op,
+            };
+            let result = granted.await.map_err(|_| Error::Closed)?;
+            cancel.client = None;
+            Ok(result?.map(
+                |Granted {
+                     hold,
+                     fencing_token,
+                     lost,
+                 }| Guard {
+                    client,
+                    name: self.name,
+                    hold,
+                    fencing_token,
+                    lost,
+                    released: false,
+                },
+            ))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Leaves the wait queue when an acquire future is dropped before it finished.
+struct CancelOnDrop {
+    client: Option<Client>,
+    op: OpId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = client.send(Call::Cancel { op: self.op });
+        }
+    }
+}
+
+/// A held lock. Dropping it releases the lock in the background.
+#[derive(Debug)]
+#[must_use = "dropping a Guard releases the lock"]
+pub struct Guard {
+    client: Client,
+    name: String,
+    hold: HoldId,
+    fencing_token: u64,
+    lost: watch::Receiver<Option<LostReason>>,
+    released: bool,
+}
+
+impl Guard {
+    /// The tenure's fencing token: larger than every earlier tenure's of this lock. Pass it to
+    /// the resource you protect and have it refuse smaller ones.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// True once the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
+    /// Completes when the lock is lost, with the reason. Pending forever while it is held.
+    pub async fn lost(&self) -> LostReason {
+        let mut lost = self.lost.clone();
+        match lost.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or(LostReason::Closed),
+            // Released: it can no longer be lost.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Renews now with `lease`, which later renewals keep using.
+    pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        let (reply, done) = oneshot::channel();
+        let op = OpId(self.client.next_id());
+        self.client.send(Call::Extend {
+            op,
+            hold: self.hold,
+            lease,
+            reply,
+        })?;
+        done.await.map_err(|_| Error::Closed)?
+    }
+
+    /// Releases the lock (one level of a reentrant hold) and waits for the backend's answer.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.released = true;
+        if let Some(reason) = self.lost.borrow().clone() {
+            return Err(Error::Lost(reason));
+        }
+        let span =
+            tracing::debug_span!("release", lock = %self.name, fencing_token = self.fencing_token);
+        let (reply, done) = oneshot::channel();
+        let op = OpId(self.client.next_id());
+        self.client.send(Call::Release {
+            op,
+            hold: self.hold,
+            reply: Some(reply),
+        })?;
+        done.instrument(span).await.map_err(|_| Error::Closed)?
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.released && !self.is_lost() {
+            let op = OpId(self.client.next_id());
+            let _ = self.client.send(Call::Release {
+                op,
+                hold: self.hold,
+                reply: None,
+            });
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The tokio driver: one task per client runs the engine. Feed inputs, drain outputs, sleep
+//! until the next deadline or the next call, reply or notice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock_core::{
+    Acquire, Command, Engine, Event, HoldId, Input, Instant, LostReason, NotAcquired, Notice, OpId,
+    Output, Wait,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::Error;
+use crate::transport::Transport;
+
+/// What the driver hands back for a successful acquire.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    pub(crate) hold: HoldId,
+    pub(crate) fencing_token: u64,
+    pub(crate) lost: watch::Receiver<Option<LostReason>>,
+}
+
+/// A call from the public API.
+#[derive(Debug)]
+pub(crate) enum Call {
+    Acquire {
+        op: OpId,
+        name: String,
+        owner: u64,
+        lease: Duration,
+        /// `None`: wait as long as it takes; zero: try once.
+        wait: Option<Duration>,
+        max_hold: Option<Duration>,
+        reply: oneshot::Sender<Result<Option<Granted>, Error>>,
+    },
+    Release {
+        op: OpId,
+        hold: HoldId,
+        reply: Option<oneshot::Sender<Result<(), Error>>>,
+    },
+    Extend {
+        op: OpId,
+        hold: HoldId,
+        lease: Duration,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Cancel {
+        op: OpId,
+    },
+}
+
+enum Waiter {
+    Acquire(oneshot::Sender<Result<Option<Granted>, Error>>),
+    Done(Option<oneshot::Sender<Result<(), Error>>>),
+}
+
+pub(crate) struct Driver {
+    engine: Engine,
+    transport: Transport,
+    base: tokio::time::Instant,
+    calls: mpsc::UnboundedReceiver<Call>,
+    inputs: mpsc::UnboundedReceiver<Input>,
+    inputs_tx: mpsc::UnboundedSender<Input>,
+    ids: Arc<AtomicU64>,
+    waiting: BTreeMap<OpId, Waiter>,
+    lost: BTreeMap<HoldId, watch::Sender<Option<LostReason>>>,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        engine: Engine,
+        transport: Transport,
+        base: tokio::time::Instant,
+        calls: mpsc::UnboundedReceiver<Call>,
+        inputs: (mpsc::UnboundedSender<Input>, mpsc::UnboundedReceiver<Input>),
+        ids: Arc<AtomicU64>,
+    ) -> Self {
+        Self {
+            engine,
+            transport,
+            base,
+            calls,
+            inputs_tx: inputs.0,
+            inputs: inputs.1,
+            ids,
+            waiting: BTreeMap::new(),
+            lost: BTreeMap::new(),
+        }
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.base.elapsed().as_nanos() as u64)
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut open = true;
+        // Once every handle is gone, finish what is under way (background releases), then stop.
+        while open || !self.waiting.is_empty() {
+            self.drain();
+            let deadline = self
+                .engine
+                .poll_timeout()
+                .map(|t| self.base + Duration::from_nanos(t.as_nanos()));
+            tokio::select! {
+                call = self.calls.recv(), if open => match call {
+                    Some(call) => self.call(call),
+                    None => open = false,
+                },
+                Some(input) = self.inputs.recv() => {
+                    let now = self.now();
+                    self.engine.handle_input(now, input);
+                }
+                () = sleep_until(deadline) => {
+                    let now = self.now();
+                    self.engine.handle_timeout(now);
+                }
+            }
+        }
+        let now = self.now();
+        self.engine.handle_input(now, Input::Notice(Notice::Closed));
+        self.drain();
+        self.transport.close();
+    }
+
+    fn call(&mut self, call: Call) {
+        let now = self.now();
+        let command = match call {
+            Call::Acquire {
+                op,
+                name,
+                owner,
+                lease,
+                wait,
+                max_hold,
+                reply,
+            } => {
+                self.waiting.insert(op, Waiter::Acquire(reply));
+                let wait = match wait {
+                    None => Wait::Forever,
+                    Some(d) if d.is_zero() => Wait::No,
+                    Some(d) => Wait::Until(now + d),
+                };
+                Command::Acquire(Acquire {
+                    op,
+                    name,
+                    owner,
+                    lease,
+                    wait,
+                    max_hold,
+                })
+            }
+            Call::Release { op, hold, reply } => {
+                self.waiting.insert(op, Waiter::Done(reply));
+                Command::Release { op, hold }
+            }
+            Call::Extend {
+                op,
+                hold,
+                lease,
+                reply,
+            } => {
+                self.waiting.insert(op, Waiter::Done(Some(reply)));
+                Command::Extend { op, hold, lease }
+            }
+            Call::Cancel { op } => Command::Cancel { op },
+        };
+        self.engine.handle_input(now, Input::Command(command));
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.engine.poll_output() {
+            match out {
+                Output::Request(request) => {
+                    let reply = self.transport.execute(request.op);
+                    let inputs = self.inputs_tx.clone();
+                    let id = request.id;
+                    tokio::spawn(async move {
+                        let _ = inputs.send(Input::Reply {
+                            id,
+                            reply: reply.await,
+                        });
+                    });
+                }
+                Output::Event(event) => self.event(event),
+            }
+        }
+    }
+
+    fn event(&mut self, event: Event) {
+        let waiter = event.terminal_op().and_then(|op| self.waiting.remove(&op));
+        match (event, waiter) {
+            (
+                Event::Acquired {
+                    hold,
+                    fencing_token,
+                    count,
+                    ..
+                },
+                Some(Waiter::Acquire(reply)),
+            ) => {
+                tracing::debug!(hold = hold.0, fencing_token, count, "acquired");
+                let lost = self
+                    .lost
+                    .entry(hold)
+                    .or_insert_with(|| watch::channel(None).0)
+                    .subscribe();
+                if let Err(Ok(Some(granted))) = reply.send(Ok(Some(Granted {
+                    hold,
+                    fencing_token,
+                    lost,
+                }))) {
+                    // Nobody is waiting for it any more (the acquire future was dropped): give it back.
+                    let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
+                    self.call(Call::Release {
+                        op,
+                        hold: granted.hold,
+                        reply: None,
+                    });
+                }
+            }
+            (Event::NotAcquired { reason, .. }, Some(Waiter::Acquire(reply))) => {
+                let _ = reply.send(match reason {
+                    NotAcquired::Busy => Ok(None),
+                    NotAcquired::TimedOut => Err(Error::WaitTimedOut),
+                    NotAcquired::Cancelled => Err(Error::Closed),
+                });
+            }
+            (Event::Released { hold, count, .. }, Some(Waiter::Done(reply))) => {
+                tracing::debug!(hold = hold.0, count, "released");
+                if count == 0 {
+                    self.lost.remove(&hold);
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(()));
+                }
+            }
+            (Event::Extended { .. }, Some(Waiter::Done(Some(reply)))) => {
+                let _ = reply.send(Ok(()));
+            }
+            (Event::Failed { error, .. }, Some(waiter)) => {
+                tracing::debug!(%error, "command failed");
+                let error = Error::from(error);
+                match waiter {
+                    Waiter::Acquire(reply) => {
+                        let _ = reply.send(Err(error));
+                    }
+                    Waiter::Done(Some(reply)) => {
+                        let _ = reply.send(Err(error));
+                    }
+                    Waiter::Done(None) => {}
+                }
+            }
+            (Event::Renewed { hold, .. }, _) => tracing::trace!(hold = hold.0, "renewed"),
+            (Event::Lost { hold, reason }, _) => {
+                tracing::warn!(
+                    hold = hold.0,
+                    reason = crate::error::reason_text(&reason),
+                    "lock lost"
+                );
+                if let Some(lost) = self.lost.remove(&hold) {
+                    let _ = lost.send(Some(reason));
+                }
+            }
+            (event, _) => tracing::error!(?event, "event with no matching command"),
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,32 @@
+//! # dlock
+//!
+//! Distributed locks on Redis (and, in process, `memory://`) with fencing tokens, FIFO
+//! hand-off without polling, a watchdog, and a signal when a lock is lost. The lock
+//! semantics are `dlock-core`'s sans-IO engine, run here by a small tokio driver; Python,
+//! Node and Wasm hosts run the same engine and interoperate on the same keys.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), dlock::Error> {
+//! use std::time::Duration;
+//!
+//! let client = dlock::Client::connect("redis://127.0.0.1:6379").await?;
+//! let guard = client.lock("orders/42").lease(Duration::from_secs(10)).wait(Duration::from_secs(5)).acquire().await?;
+//! let token = guard.fencing_token(); // hand it to the resource; it refuses smaller ones
+//! tokio::select! {
+//!     reason = guard.lost() => eprintln!("lock lost: {reason:?}"),
+//!     () = tokio::time::sleep(Duration::from_secs(1)) => {} // the work
+//! }
+//! guard.release().await?;
+//! # let _ = token;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod driver;
+mod error;
+mod transport;
+
+pub use client::{Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder};
+pub use dlock_core::redis::LockStatus;
+pub use error::{Error, LostReason};

@@ -1,0 +1,208 @@
+//! `redis://`: one multiplexed, self-reconnecting connection for scripts and one pub/sub
+//! connection for wake-ups, reconnected with backoff. Scripts run with EVALSHA and fall back
+//! to EVAL on NOSCRIPT (the redis crate's `Script` does this).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::redis::{RedisOp, Script, Value};
+use dlock_core::{Input, Notice, Reply, TransportError};
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Pending;
+use crate::Error;
+
+type Subscription = (String, oneshot::Sender<Reply>);
+
+#[derive(Clone)]
+pub(crate) struct RedisTransport {
+    con: ConnectionManager,
+    scripts: Arc<BTreeMap<Script, redis::Script>>,
+    subscribe: mpsc::UnboundedSender<Subscription>,
+    pubsub: Arc<tokio::task::AbortHandle>,
+}
+
+impl std::fmt::Debug for RedisTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTransport").finish_non_exhaustive()
+    }
+}
+
+impl RedisTransport {
+    pub(crate) async fn connect(
+        url: &str,
+        inbox: mpsc::UnboundedSender<Input>,
+    ) -> Result<Self, Error> {
+        let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl(e.to_string()))?;
+        let fail = |e: String| Error::Connect(format!("{url}: {e}"));
+        // A first connection and PING prove the server answers and takes our credentials
+        // (the connection manager below would retry a refused login forever).
+        let mut probe = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| fail("no answer within 5 s".into()))?
+        .map_err(|e| fail(e.to_string()))?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut probe)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        drop(probe);
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            // The engine times requests out itself.
+            .set_response_timeout(None)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(usize::MAX);
+        let con = client
+            .get_connection_manager_with_config(config)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        // The pub/sub connection is made before connect() returns, so wake-ups work at once.
+        let pubsub = client
+            .get_async_pubsub()
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let (subscribe, requests) = mpsc::unbounded_channel();
+        let task = tokio::spawn(pubsub_loop(client, Some(pubsub), requests, inbox));
+        let scripts = Script::ALL
+            .iter()
+            .map(|s| (*s, redis::Script::new(&s.source())))
+            .collect();
+        Ok(Self {
+            con,
+            scripts: Arc::new(scripts),
+            subscribe,
+            pubsub: Arc::new(task.abort_handle()),
+        })
+    }
+
+    pub(crate) fn execute(&self, op: RedisOp) -> Pending {
+        match op {
+            RedisOp::Eval { script, keys, args } => {
+                let mut con = self.con.clone();
+                let scripts = self.scripts.clone();
+                Box::pin(async move {
+                    let mut call = scripts[&script].prepare_invoke();
+                    for key in &keys {
+                        call.key(key);
+                    }
+                    for arg in &args {
+                        call.arg(arg);
+                    }
+                    call.invoke_async::<redis::Value>(&mut con)
+                        .await
+                        .map(convert)
+                        .map_err(transport_error)
+                })
+            }
+            RedisOp::Subscribe { channel } => {
+                let (tx, rx) = oneshot::channel();
+                let sent = self.subscribe.send((channel, tx));
+                Box::pin(async move {
+                    sent.map_err(|_| {
+                        TransportError::Unavailable("pub/sub connection closed".into())
+                    })?;
+                    rx.await.unwrap_or_else(|_| {
+                        Err(TransportError::Unavailable(
+                            "pub/sub connection closed".into(),
+                        ))
+                    })
+                })
+            }
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        self.pubsub.abort();
+    }
+}
+
+/// Keeps a pub/sub connection up: subscribes on request, forwards messages as notices, and
+/// on loss reports `Disconnected`, reconnects with backoff, then reports `Connected` (the
+/// engine then subscribes again).
+async fn pubsub_loop(
+    client: redis::Client,
+    mut first: Option<redis::aio::PubSub>,
+    mut requests: mpsc::UnboundedReceiver<Subscription>,
+    inbox: mpsc::UnboundedSender<Input>,
+) {
+    let notice = |n: Notice| inbox.send(Input::Notice(n)).is_ok();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let pubsub = match first.take() {
+            Some(p) => p,
+            None => match client.get_async_pubsub().await {
+                Ok(p) => {
+                    backoff = Duration::from_millis(50);
+                    if !notice(Notice::Connected) {
+                        return;
+                    }
+                    p
+                }
+                Err(_) => {
+                    // Refuse subscriptions while down; the engine retries.
+                    while let Ok((_, reply)) = requests.try_recv() {
+                        let _ = reply.send(Err(TransportError::Unavailable(
+                            "pub/sub connection down".into(),
+                        )));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            },
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        loop {
+            tokio::select! {
+                request = requests.recv() => {
+                    let Some((channel, reply)) = request else { return };
+                    let result = sink.subscribe(&channel).await;
+                    let _ = reply.send(result.map(|()| Value::Status("OK".into())).map_err(transport_error));
+                }
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let channel = message.get_channel_name().to_owned();
+                    let payload = message.get_payload_bytes().to_vec();
+                    if !notice(Notice::Message { channel, payload }) {
+                        return;
+                    }
+                }
+            }
+        }
+        tracing::warn!("redis pub/sub connection lost; reconnecting");
+        if !notice(Notice::Disconnected) {
+            return;
+        }
+    }
+}
+
+fn transport_error(e: redis::RedisError) -> TransportError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        TransportError::Unavailable(e.to_string())
+    } else {
+        TransportError::Server(e.to_string())
+    }
+}
+
+fn convert(v: redis::Value) -> Value {
+    match v {
+        redis::Value::Nil => Value::Nil,
+        redis::Value::Int(i) => Value::Int(i),
+        redis::Value::BulkString(b) => Value::Data(b),
+        redis::Value::SimpleString(s) => Value::Status(s),
+        redis::Value::Okay => Value::Status("OK".into()),
+        redis::Value::Array(items) | redis::Value::Set(items) => {
+            Value::Array(items.into_iter().map(convert).collect())
+        }
+        // Scripts reply with RESP2 types only; anything else is passed on as text for the
+        // engine to reject as malformed.
+        other => Value::Status(format!("{other:?}")),
+    }
+}

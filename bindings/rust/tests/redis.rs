@@ -1,0 +1,450 @@
+//! The Rust client against a real redis-server, started by each test on a free loopback port.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock::{Client, Error, LostReason};
+use dlock_core::redis::{self as protocol, LockKeys, RedisOp};
+use dlock_testkit::RedisServer;
+use redis::AsyncCommands;
+
+const MS: Duration = Duration::from_millis(1);
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url()).expect("url");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+/// Runs one protocol script directly, as a client that then disappears would.
+async fn run_script(con: &mut redis::aio::MultiplexedConnection, op: RedisOp) -> redis::Value {
+    let RedisOp::Eval { script, keys, args } = op else {
+        panic!("not a script")
+    };
+    let script = redis::Script::new(&script.source());
+    let mut call = script.prepare_invoke();
+    for k in &keys {
+        call.key(k);
+    }
+    for a in &args {
+        call.arg(a);
+    }
+    call.invoke_async(con).await.expect("script")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_clients_and_tasks() {
+    let server = RedisServer::start();
+    let inside = Arc::new(AtomicBool::new(false));
+    let counter = Arc::new(AtomicU64::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let client = Client::connect(&server.url()).await.expect("connect");
+        for _ in 0..4 {
+            let (client, inside, counter, tokens) = (
+                client.clone(),
+                inside.clone(),
+                counter.clone(),
+                tokens.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = client
+                        .lock("counter")
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokens.lock().unwrap().push(guard.fencing_token());
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 160);
+    let tokens = tokens.lock().unwrap();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens not increasing: {tokens:?}"
+    );
+}
+
+#[tokio::test]
+async fn reentrant_acquires_share_a_tenure() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let outer = client.lock("job").owner(7).acquire().await.unwrap();
+    let inner = client.lock("job").owner(7).acquire().await.unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(client.status("job").await.unwrap().count, 2);
+    // Another owner of the same client is another contender.
+    assert!(
+        client
+            .lock("job")
+            .owner(8)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    inner.release().await.unwrap();
+    assert_eq!(client.status("job").await.unwrap().count, 1);
+    outer.release().await.unwrap();
+    assert_eq!(client.status("job").await.unwrap().owner, None);
+}
+
+#[tokio::test]
+async fn try_acquire_and_wait_timeout() {
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let held = a.lock("x").acquire().await.unwrap();
+    assert!(b.lock("x").try_acquire().await.unwrap().is_none());
+    let err = b.lock("x").wait(200 * MS).acquire().await.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(err, Error::WaitTimedOut);
+    tokio::time::sleep(50 * MS).await;
+    assert!(
+        a.status("x").await.unwrap().waiters.is_empty(),
+        "the timed-out waiter left the queue"
+    );
+    held.release().await.unwrap();
+    assert!(b.lock("x").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served() {
+    let server = RedisServer::start();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let held = holder.lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let client = Client::connect(&server.url()).await.unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.lock("fifo").acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        // Queue one after another.
+        while holder.status("fifo").await.unwrap().waiters.len() < i + 1 {
+            tokio::time::sleep(MS).await;
+        }
+    }
+    held.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_long_holder() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client.lock("long").lease(300 * MS).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    let status = client.status("long").await.unwrap();
+    assert_eq!(status.fencing_token, guard.fencing_token());
+    assert!(
+        status
+            .ttl
+            .is_some_and(|t| t > Duration::ZERO && t <= 300 * MS),
+        "{status:?}"
+    );
+    let other = Client::connect(&server.url()).await.unwrap();
+    assert!(other.lock("long").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
+    let server = RedisServer::start();
+    let mut con = raw(&server).await;
+    // A client takes the lock and dies: nobody renews it.
+    let keys = LockKeys::new("abandoned");
+    let dead = protocol::owner_token(dlock_core::ClientId(0xdead), 1);
+    let op = protocol::acquire(
+        &keys,
+        &dead,
+        400 * MS,
+        1,
+        protocol::Mode::Try,
+        Duration::from_secs(3),
+    );
+    run_script(&mut con, op).await;
+    let client = Client::builder(&server.url())
+        .waiter_lease(300 * MS)
+        .connect()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let guard = client
+        .lock("abandoned")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= 300 * MS,
+        "acquired after {waited:?}, before the dead holder's lease ran out"
+    );
+    assert_eq!(guard.fencing_token(), 2);
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("fragile")
+        .lease(600 * MS)
+        .acquire()
+        .await
+        .unwrap();
+    let mut con = raw(&server).await;
+    let _: () = con.del(LockKeys::new("fragile").lock).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost within a renewal");
+    assert_eq!(reason, LostReason::NotOwner);
+    assert!(guard.is_lost());
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+}
+
+#[tokio::test]
+async fn lost_fires_when_redis_restarts_and_the_client_recovers() {
+    let mut server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client.lock("r").lease(600 * MS).acquire().await.unwrap();
+    server.restart();
+    let reason = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost");
+    assert!(
+        matches!(reason, LostReason::NotOwner | LostReason::Expired),
+        "{reason:?}"
+    );
+    // The same client works again once Redis is back.
+    let again = tokio::time::timeout(Duration::from_secs(5), client.lock("r").acquire())
+        .await
+        .expect("in time")
+        .unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_clients_and_client_restarts() {
+    let server = RedisServer::start();
+    let mut last = 0;
+    for _ in 0..3 {
+        let client = Client::connect(&server.url()).await.unwrap();
+        for _ in 0..3 {
+            let guard = client.lock("fenced").acquire().await.unwrap();
+            assert!(guard.fencing_token() > last);
+            last = guard.fencing_token();
+            guard.release().await.unwrap();
+        }
+        drop(client);
+    }
+    assert_eq!(last, 9);
+}
+
+#[tokio::test]
+async fn release_and_extend_by_a_non_owner_change_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client.lock("mine").acquire().await.unwrap();
+    let mut con = raw(&server).await;
+    let keys = LockKeys::new("mine");
+    let intruder = protocol::owner_token(dlock_core::ClientId(0xbad), 1);
+    let released = run_script(&mut con, protocol::release(&keys, &intruder, 0)).await;
+    assert_eq!(released, redis::Value::Array(vec![redis::Value::Int(0)]));
+    let extended = run_script(
+        &mut con,
+        protocol::extend([(keys.lock.as_str(), intruder.as_str(), 60_000 * MS)]),
+    )
+    .await;
+    assert_eq!(extended, redis::Value::Array(vec![redis::Value::Int(0)]));
+    let status = client.status("mine").await.unwrap();
+    assert_eq!(status.fencing_token, guard.fencing_token());
+    assert!(status.ttl.unwrap() <= dlock::DEFAULT_LEASE);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_typed_error_and_sends_nothing() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let long = "n".repeat(1025);
+    let cases: Vec<(&str, Duration, Option<Duration>)> = vec![
+        ("", Duration::from_secs(1), None),
+        (&long, Duration::from_secs(1), None),
+        ("ok", Duration::ZERO, None),
+        ("ok", 5 * MS, None),
+        ("ok", Duration::from_secs(8 * 86_400), None),
+        ("ok", Duration::from_secs(1), Some(Duration::ZERO)),
+    ];
+    for (name, lease, max_hold) in cases {
+        let mut lock = client.lock(name).lease(lease);
+        if let Some(m) = max_hold {
+            lock = lock.max_hold(m);
+        }
+        let err = lock.acquire().await.unwrap_err();
+        assert!(err.is_misuse(), "{name:?} {lease:?}: {err:?}");
+    }
+    assert!(client.status("").await.unwrap_err().is_misuse());
+    let mut con = raw(&server).await;
+    let size: u64 = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+    assert_eq!(size, 0, "bad input reached Redis");
+
+    for url in [
+        "",
+        "127.0.0.1:6379",
+        "redis://",
+        "redis://:6379",
+        "http://x",
+        "memory://a b",
+        "redis://h:99999",
+    ] {
+        let err = Client::connect(url).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidUrl(_) | Error::Unsupported(_)),
+            "{url:?}: {err:?}"
+        );
+        assert!(err.is_misuse());
+    }
+    for url in ["rediss://127.0.0.1:1", "zk://127.0.0.1:2181"] {
+        assert!(
+            matches!(
+                Client::connect(url).await.unwrap_err(),
+                Error::Unsupported(_)
+            ),
+            "{url}"
+        );
+    }
+    let closed = format!("redis://127.0.0.1:{}", dlock_testkit::free_port());
+    let err = Client::connect(&closed).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Connect(_)) && err.is_backend(),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn auth_with_an_acl_user() {
+    let server = RedisServer::start_with(&[
+        "--user", "alice", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off",
+    ]);
+    let url = format!("redis://alice:s3cret@127.0.0.1:{}", server.port());
+    let client = Client::connect(&url).await.expect("alice may connect");
+    let guard = client.lock("acl").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), 1);
+    guard.release().await.unwrap();
+    let wrong = format!("redis://alice:nope@127.0.0.1:{}", server.port());
+    assert!(matches!(
+        Client::connect(&wrong).await.unwrap_err(),
+        Error::Connect(_)
+    ));
+    assert!(
+        matches!(
+            Client::connect(&server.url()).await.unwrap_err(),
+            Error::Connect(_)
+        ),
+        "default user is off"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_waiting_acquire_leaves_the_queue_and_dropping_a_guard_releases() {
+    let server = RedisServer::start();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
+    let held = a.lock("d").acquire().await.unwrap();
+    let waiting = tokio::time::timeout(100 * MS, b.lock("d").acquire()).await;
+    assert!(waiting.is_err(), "still waiting when dropped");
+    tokio::time::sleep(50 * MS).await;
+    assert!(a.status("d").await.unwrap().waiters.is_empty());
+    drop(held);
+    let mut free = false;
+    for _ in 0..100 {
+        if a.status("d").await.unwrap().owner.is_none() {
+            free = true;
+            break;
+        }
+        tokio::time::sleep(5 * MS).await;
+    }
+    assert!(free, "dropping the guard released the lock");
+}
+
+#[tokio::test]
+async fn max_hold_bounds_the_watchdog() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("bounded")
+        .lease(200 * MS)
+        .max_hold(500 * MS)
+        .acquire()
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost");
+    assert_eq!(reason, LostReason::MaxHold);
+    tokio::time::sleep(50 * MS).await;
+    assert_eq!(
+        client.status("bounded").await.unwrap().owner,
+        None,
+        "released at max hold"
+    );
+}
+
+#[tokio::test]
+async fn extend_raises_the_lease() {
+    let server = RedisServer::start();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let guard = client
+        .lock("e")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    let ttl = client.status("e").await.unwrap().ttl.unwrap();
+    assert!(ttl > Duration::from_secs(50), "{ttl:?}");
+    let err = guard.extend(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_misuse());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_backend_has_the_same_semantics_in_process() {
+    let url = "memory://rust-tests";
+    let a = Client::connect(url).await.unwrap();
+    let b = Client::connect(url).await.unwrap();
+    let first = a.lock("m").acquire().await.unwrap();
+    assert!(b.lock("m").try_acquire().await.unwrap().is_none());
+    let waiter =
+        tokio::spawn(async move { b.lock("m").acquire().await.map(|g| g.fencing_token()) });
+    tokio::time::sleep(20 * MS).await;
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), token + 1);
+}
