@@ -77,6 +77,9 @@ struct Pending {
     /// latest fencing token when it ran. A hand-off with a larger token happened after that
     /// request ran, so its send time bounds the hand-off from below.
     queued: Option<(Instant, u64)>,
+    /// The fencing token of a hand-off notice not yet acted on (it arrived while a request
+    /// was under way, whose reply may prove it fresh).
+    woken: Option<u64>,
     in_flight: bool,
 }
 
@@ -338,6 +341,7 @@ impl Engine {
                     wait,
                     mode,
                     queued: None,
+                    woken: None,
                     in_flight: false,
                 }),
             },
@@ -490,8 +494,12 @@ impl Engine {
                     p.queued = Some((sent, latest));
                 }
                 p.mode = Mode::Refresh;
+                let woken = p.woken.is_some();
                 let at = (sent + self.config.waiter_lease / 3).max(self.now);
                 self.timers.set(Timer::Refresh(seq), at);
+                if woken {
+                    self.take_hand_off(seq);
+                }
             }
             Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
                 // Our place was given up (we were silent longer than the waiter lease): queue again.
@@ -683,20 +691,40 @@ impl Engine {
         else {
             return;
         };
+        p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
+        self.take_hand_off(seq);
+    }
+
+    /// Acts on a hand-off notice as soon as it can. The handed tenure lives until our waiter
+    /// deadline, which our latest answered ACQUIRE set to at least its send time + waiter
+    /// lease — provided the hand-off came after that request ran, which a fencing token
+    /// larger than the reply's `latest` proves. A notice older than that reply is stale; one
+    /// that cannot be proven either way is claimed with another ACQUIRE.
+    fn take_hand_off(&mut self, seq: u64) {
+        let Some(Tenure {
+            state: State::Pending(p),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
+        let Some(fencing_token) = p.woken else { return };
+        if p.in_flight {
+            return; // its reply decides
+        }
+        p.woken = None;
         let wl = self.config.waiter_lease;
-        // The handed tenure lives until our waiter deadline, which our last answered refresh
-        // set to at least its send time + waiter lease, provided the hand-off came after that
-        // refresh ran (a larger token); a stale or unprovable hand-off is claimed instead.
-        let bound = p
-            .queued
-            .filter(|(_, latest)| fencing_token > *latest)
-            .map(|(at, _)| at + wl - drift(wl));
-        match bound {
-            Some(valid_until) if valid_until > self.now => {
-                self.held(seq, fencing_token, 1, valid_until, self.now);
+        match p.queued {
+            Some((at, latest)) if fencing_token > latest => {
+                let valid_until = at + wl - drift(wl);
+                if valid_until > self.now {
+                    self.held(seq, fencing_token, 1, valid_until, self.now);
+                } else {
+                    self.send_acquire(seq);
+                }
             }
-            _ if p.in_flight => {} // that request's reply will claim it
-            _ => self.send_acquire(seq),
+            Some(_) => {} // stale: that hand-off ended before our latest request ran
+            None => self.send_acquire(seq),
         }
     }
 

@@ -737,3 +737,62 @@ fn owner_tokens_are_unique_per_tenure_and_parse_back() {
         assert_eq!(redis::token_seq(client, bad), None, "{bad:?}");
     }
 }
+
+#[test]
+fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
+    let now = Instant::from_nanos(1_000_000_000);
+    let mut store = Store::new();
+    let exec = |store: &mut Store, op: RedisOp| match op {
+        RedisOp::Eval { script, keys, args } => {
+            store.eval(EPOCH_MS + 1000, script, &keys, &args).unwrap()
+        }
+        RedisOp::Subscribe { .. } => unreachable!(),
+    };
+    let requests = |e: &mut Engine| -> Vec<Request> {
+        std::iter::from_fn(|| e.poll_output())
+            .filter_map(|o| match o {
+                Output::Request(r) if !matches!(r.op, RedisOp::Subscribe { .. }) => Some(r),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut a = Engine::new(Config::new(ClientId(1)), now).unwrap();
+    let mut b = Engine::new(Config::new(ClientId(2)), now).unwrap();
+    a.handle_input(now, Input::Command(acquire(1, "x", 1, SEC, Wait::No)));
+    let [req] = requests(&mut a).try_into().unwrap();
+    let reply = exec(&mut store, req.op).reply;
+    a.handle_input(
+        now,
+        Input::Reply {
+            id: req.id,
+            reply: Ok(reply),
+        },
+    );
+    let hold = match a.poll_output() {
+        Some(Output::Event(Event::Acquired { hold, .. })) => hold,
+        other => panic!("{other:?}"),
+    };
+
+    // B queues; its reply is still on the way when A releases and the wake-up arrives.
+    b.handle_input(now, Input::Command(acquire(1, "x", 1, SEC, Wait::Forever)));
+    let [queue] = requests(&mut b).try_into().unwrap();
+    let queued = exec(&mut store, queue.op).reply;
+    a.handle_input(now, Input::Command(Command::Release { op: OpId(2), hold }));
+    let [release] = requests(&mut a).try_into().unwrap();
+    let outcome = exec(&mut store, release.op);
+    let (channel, payload) = outcome.published[0].clone();
+    assert_eq!(channel, b.wake_channel());
+    b.handle_input(now, Input::Notice(Notice::Message { channel, payload }));
+    assert!(b.poll_output().is_none(), "nothing provable yet");
+    b.handle_input(
+        now,
+        Input::Reply {
+            id: queue.id,
+            reply: Ok(queued),
+        },
+    );
+    match b.poll_output() {
+        Some(Output::Event(Event::Acquired { fencing_token, .. })) => assert_eq!(fencing_token, 2),
+        other => panic!("the hand-off was not taken at once: {other:?}"),
+    }
+}

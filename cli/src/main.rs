@@ -1,0 +1,294 @@
+//! `dlock`: run a command under a distributed lock, inspect a lock, or watch the demo.
+
+mod demo;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use dlock::{Client, Error};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Command;
+
+/// Exit codes of `dlock run` besides the command's own (documented in `dlock run --help`).
+mod exit {
+    /// Bad arguments or URL (EX_USAGE).
+    pub(crate) const USAGE: u8 = 64;
+    /// The backend could not be reached (EX_UNAVAILABLE).
+    pub(crate) const UNAVAILABLE: u8 = 69;
+    /// The command could not be started (EX_OSERR).
+    pub(crate) const SPAWN: u8 = 71;
+    /// The lock was lost while the command ran; the command was terminated.
+    pub(crate) const LOST: u8 = 74;
+    /// The lock could not be acquired within --wait; the command did not run (EX_TEMPFAIL).
+    pub(crate) const NOT_ACQUIRED: u8 = 75;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "dlock",
+    version,
+    about = "Distributed locks on Redis (and in process) with fencing tokens"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command only while holding a lock: a cluster-wide flock(1).
+    ///
+    /// The command gets DLOCK_FENCING_TOKEN (and DLOCK_LOCK) in its environment. dlock exits
+    /// with the command's exit code (128 + signal if it was killed by one). Other exit codes:
+    /// 75 the lock was not acquired within --wait (the command did not run); 74 the lock was
+    /// lost while the command ran (it was sent SIGTERM, then SIGKILL after --grace);
+    /// 69 the backend could not be reached; 71 the command could not be started; 64 bad
+    /// arguments or URL. SIGINT and SIGTERM sent to dlock are passed on to the command.
+    Run {
+        #[command(flatten)]
+        backend: BackendArg,
+        /// Name of the lock.
+        #[arg(long)]
+        lock: String,
+        /// Lease, renewed every third of it while the command runs.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        lease: Duration,
+        /// How long to wait for the lock; waits as long as it takes if not given.
+        #[arg(long, value_parser = duration)]
+        wait: Option<Duration>,
+        /// Time between SIGTERM and SIGKILL when the lock is lost.
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
+        /// The command and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Show who holds a lock, its fencing token, the lease left and the waiters.
+    Status {
+        #[command(flatten)]
+        backend: BackendArg,
+        /// Name of the lock.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Watch workers contend for one lock, each doing fenced read-modify-writes on a shared
+    /// counter; ends with a summary (acquisitions per worker, hand-off latency, checks).
+    Demo {
+        /// Backend URL; the default needs no server.
+        #[arg(long, env = "DLOCK_BACKEND", default_value = "memory://demo")]
+        backend: String,
+        /// Number of workers.
+        #[arg(long, default_value_t = 5)]
+        workers: usize,
+        /// How long to run: seconds, or a duration like 1500ms.
+        #[arg(long, default_value = "3", value_parser = seconds)]
+        seconds: Duration,
+    },
+}
+
+#[derive(clap::Args)]
+struct BackendArg {
+    /// Backend URL: redis://host:port[/db] or memory://[name].
+    #[arg(long, env = "DLOCK_BACKEND")]
+    backend: String,
+}
+
+/// Human-friendly durations: `500ms`, `30s`, `2m`, `1h 30m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 500ms, 30s or 2m: {e}"))
+}
+
+/// A number of seconds (`2`, `0.5`) or a duration (`1500ms`).
+fn seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+        Ok(_) => Err(format!("{text:?} is not a positive number of seconds")),
+        Err(_) => duration(text),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run {
+            backend,
+            lock,
+            lease,
+            wait,
+            grace,
+            command,
+        } => run(&backend.backend, &lock, lease, wait, grace, &command).await,
+        Cmd::Status {
+            backend,
+            name,
+            json,
+        } => status(&backend.backend, &name, json).await,
+        Cmd::Demo {
+            backend,
+            workers,
+            seconds,
+        } => demo::run(&backend, workers, seconds).await,
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dlock: {e}");
+            ExitCode::from(if e.is_misuse() {
+                exit::USAGE
+            } else {
+                exit::UNAVAILABLE
+            })
+        }
+    }
+}
+
+async fn run(
+    backend: &str,
+    lock: &str,
+    lease: Duration,
+    wait: Option<Duration>,
+    grace: Duration,
+    command: &[String],
+) -> Result<u8, Error> {
+    let client = Client::connect(backend).await?;
+    let mut builder = client.lock(lock).lease(lease);
+    if let Some(wait) = wait {
+        builder = builder.wait(wait);
+    }
+    let guard = match builder.acquire().await {
+        Ok(guard) => guard,
+        Err(Error::WaitTimedOut) => {
+            eprintln!(
+                "dlock: lock {lock:?} not acquired within {}",
+                humantime::format_duration(wait.unwrap_or_default())
+            );
+            return Ok(exit::NOT_ACQUIRED);
+        }
+        Err(e) => return Err(e),
+    };
+    let mut child = match Command::new(&command[0])
+        .args(&command[1..])
+        .env("DLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+        .env("DLOCK_LOCK", lock)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("dlock: cannot run {:?}: {e}", command[0]);
+            guard.release().await?;
+            return Ok(exit::SPAWN);
+        }
+    };
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let signal = |sig: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, sig);
+        }
+    };
+    let mut interrupt =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let code = match status {
+                    Ok(status) => exit_code(status),
+                    Err(_) => exit::SPAWN,
+                };
+                if let Err(e) = guard.release().await {
+                    eprintln!("dlock: releasing {lock:?}: {e}");
+                }
+                return Ok(code);
+            }
+            reason = guard.lost() => {
+                eprintln!("dlock: lock {lock:?} lost ({reason:?}); stopping the command");
+                signal(Signal::SIGTERM);
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    signal(Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                return Ok(exit::LOST);
+            }
+            Some(()) = recv(&mut interrupt) => signal(Signal::SIGINT),
+            Some(()) = recv(&mut terminate) => signal(Signal::SIGTERM),
+        }
+    }
+}
+
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => 128u8.saturating_add(u8::try_from(sig).unwrap_or(0)),
+        (None, None) => 1,
+    }
+}
+
+async fn status(backend: &str, name: &str, json: bool) -> Result<u8, Error> {
+    let client = Client::connect(backend).await?;
+    let s = client.status(name).await?;
+    if json {
+        let owner = s.owner.as_deref().map_or("null".to_owned(), json_string);
+        let ttl = s
+            .ttl
+            .map_or("null".to_owned(), |t| t.as_millis().to_string());
+        let waiters: Vec<String> = s.waiters.iter().map(|w| json_string(w)).collect();
+        println!(
+            "{{\"lock\":{},\"owner\":{owner},\"count\":{},\"fencing_token\":{},\"ttl_ms\":{ttl},\"latest_token\":{},\"waiters\":[{}]}}",
+            json_string(name),
+            s.count,
+            s.fencing_token,
+            s.latest_token,
+            waiters.join(",")
+        );
+        return Ok(0);
+    }
+    println!("lock     {name}");
+    match &s.owner {
+        Some(owner) => {
+            println!("holder   {owner} (count {})", s.count);
+            println!("token    {} (latest {})", s.fencing_token, s.latest_token);
+            if let Some(ttl) = s.ttl {
+                println!("lease    {:.1} s left", ttl.as_secs_f64());
+            }
+        }
+        None => println!("holder   none (latest token {})", s.latest_token),
+    }
+    println!("waiters  {}", s.waiters.len());
+    for w in &s.waiters {
+        println!("         {w}");
+    }
+    Ok(0)
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
