@@ -8,8 +8,13 @@ default:
     @just --list
 
 # The demo: workers contending for one lock on the embedded memory backend (no server needed).
-demo:
-    cargo run --quiet -p dlock-core --example demo
+# `just demo --workers 8 --seconds 5`, or `--backend redis://127.0.0.1:6379`.
+demo *args:
+    cargo run --quiet -p dlock-cli -- demo {{args}}
+
+# The dlock CLI: `just dlock status --backend redis://… NAME`.
+dlock *args:
+    cargo run --quiet -p dlock-cli -- {{args}}
 
 # Every test. Installs what is missing first.
 test: setup

@@ -1,0 +1,295 @@
+//! The `dlock` binary as a user runs it: several OS processes against a real redis-server.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use dlock_core::redis::LockKeys;
+use dlock_testkit::RedisServer;
+
+fn dlock() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
+    cmd.env_remove("DLOCK_BACKEND");
+    cmd
+}
+
+fn run(server: &RedisServer, extra: &[&str], command: &[&str]) -> Command {
+    let mut cmd = dlock();
+    cmd.args(["run", "--backend", &server.url(), "--lock", "job"])
+        .args(extra)
+        .arg("--")
+        .args(command);
+    cmd
+}
+
+fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &server.port().to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn status_json(server: &RedisServer) -> String {
+    let out = dlock()
+        .args(["status", "--backend", &server.url(), "job", "--json"])
+        .output()
+        .expect("status");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn three_processes_never_overlap_and_see_increasing_tokens() {
+    let server = RedisServer::start();
+    let log = server.dir().join("log");
+    let script = format!(
+        "for i in 1 2 3; do echo \"start $DLOCK_FENCING_TOKEN\" >> {log}; sleep 0.05; echo \"end $DLOCK_FENCING_TOKEN\" >> {log}; done",
+        log = log.display()
+    );
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            run(&server, &["--lease", "2s"], &["sh", "-c", &script])
+                .spawn()
+                .expect("spawn dlock run")
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 18, "{text}");
+    let mut last = 0;
+    for chunk in lines.chunks(6) {
+        // One holder's whole run, uninterrupted, with one token.
+        let token: u64 = chunk[0]
+            .strip_prefix("start ")
+            .expect("start")
+            .parse()
+            .expect("token");
+        for (i, line) in chunk.iter().enumerate() {
+            let expected = if i % 2 == 0 {
+                format!("start {token}")
+            } else {
+                format!("end {token}")
+            };
+            assert_eq!(*line, expected, "interleaved:\n{text}");
+        }
+        assert!(token > last, "tokens not increasing:\n{text}");
+        last = token;
+    }
+}
+
+#[test]
+fn run_passes_the_exit_code_and_the_environment() {
+    let server = RedisServer::start();
+    let out = run(
+        &server,
+        &[],
+        &["sh", "-c", "echo $DLOCK_LOCK $DLOCK_FENCING_TOKEN; exit 7"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "job 1");
+    // Released afterwards.
+    assert!(status_json(&server).contains("\"owner\":null"));
+}
+
+#[test]
+fn run_gives_up_after_wait_without_running_the_command() {
+    let server = RedisServer::start();
+    let mut holder = run(&server, &[], &["sleep", "3"]).spawn().unwrap();
+    wait_until("the lock is held", || {
+        status_json(&server).contains("\"count\":1")
+    });
+    let marker = server.dir().join("ran");
+    let out = run(
+        &server,
+        &["--wait", "200ms"],
+        &["touch", marker.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(!marker.exists(), "the command ran without the lock");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_lost_lock_terminates_the_command() {
+    let server = RedisServer::start();
+    let started = Instant::now();
+    let mut child = run(
+        &server,
+        &["--lease", "600ms", "--grace", "1s"],
+        &["sleep", "30"],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_until("the lock is held", || {
+        status_json(&server).contains("\"count\":1")
+    });
+    redis_cli(&server, &["DEL", &LockKeys::new("job").lock]);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(74));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the command ran on"
+    );
+}
+
+#[test]
+fn a_killed_holder_frees_the_lock_after_its_lease() {
+    let server = RedisServer::start();
+    let mut holder = run(&server, &["--lease", "1s"], &["sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until("the lock is held", || {
+        status_json(&server).contains("\"count\":1")
+    });
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holder.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = holder.wait();
+    let out = run(&server, &["--wait", "10s"], &["true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let took = killed.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "acquired after {took:?}, before the dead holder's lease ended"
+    );
+}
+
+#[test]
+fn status_shows_holder_and_waiters() {
+    let server = RedisServer::start();
+    let mut holder = run(&server, &[], &["sleep", "30"]).spawn().unwrap();
+    wait_until("the lock is held", || {
+        status_json(&server).contains("\"count\":1")
+    });
+    let mut waiter = run(&server, &[], &["true"]).spawn().unwrap();
+    wait_until("one waiter queues", || {
+        status_json(&server).contains("\"waiters\":[\"")
+    });
+    let json = status_json(&server);
+    assert!(json.starts_with("{\"lock\":\"job\",\"owner\":\""), "{json}");
+    assert!(json.contains("\"fencing_token\":1"), "{json}");
+    let text = dlock()
+        .args(["status", "--backend", &server.url(), "job"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("holder") && text.contains("waiters  1"),
+        "{text}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+}
+
+#[test]
+fn demo_runs_without_a_server_and_checks_itself() {
+    let out = dlock()
+        .args(["demo", "--workers", "3", "--seconds", "1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("final counter") && text.contains(": ok"),
+        "{text}"
+    );
+    assert!(!text.contains("FAILED"), "{text}");
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let check = |args: &[&str], code: i32, says: &str| {
+        let Output { status, stderr, .. } = dlock().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&stderr);
+        assert_eq!(status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    };
+    check(
+        &[
+            "run",
+            "--backend",
+            "memory://",
+            "--lock",
+            "x",
+            "--lease",
+            "ten",
+            "--",
+            "true",
+        ],
+        2,
+        "not a duration",
+    );
+    check(
+        &["run", "--backend", "http://x", "--lock", "x", "--", "true"],
+        64,
+        "unknown scheme",
+    );
+    check(
+        &["run", "--backend", "memory://", "--lock", "", "--", "true"],
+        64,
+        "empty",
+    );
+    check(
+        &[
+            "run",
+            "--backend",
+            "memory://",
+            "--lock",
+            "x",
+            "--lease",
+            "1ms",
+            "--",
+            "true",
+        ],
+        64,
+        "lease",
+    );
+    check(
+        &[
+            "run",
+            "--backend",
+            "redis://127.0.0.1:1",
+            "--lock",
+            "x",
+            "--",
+            "true",
+        ],
+        69,
+        "cannot connect",
+    );
+    check(&["run", "--lock", "x", "--", "true"], 2, "--backend");
+    for sub in ["run", "status", "demo"] {
+        let out = dlock().args([sub, "--help"]).output().unwrap();
+        assert!(
+            out.status.success() && !out.stdout.is_empty(),
+            "{sub} --help"
+        );
+    }
+    assert!(Path::new(env!("CARGO_BIN_EXE_dlock")).exists());
+}
