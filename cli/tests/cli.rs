@@ -293,3 +293,50 @@ fn bad_arguments_get_clear_errors() {
     }
     assert!(Path::new(env!("CARGO_BIN_EXE_dlock")).exists());
 }
+
+#[test]
+fn tls_with_a_verified_server_certificate() {
+    let server = match RedisServer::start_tls() {
+        Ok(server) => server,
+        Err(why) => return println!("skipped: no TLS redis-server here: {why}"),
+    };
+    let url = server.url();
+    assert!(url.starts_with("rediss://"));
+    let mut trusted = dlock();
+    trusted
+        .env("SSL_CERT_FILE", server.ca_file())
+        .env_remove("SSL_CERT_DIR");
+    let out = trusted
+        .args([
+            "run",
+            "--backend",
+            &url,
+            "--lock",
+            "tls",
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    // Without the CA the certificate is refused: TLS is verified, not just encrypted.
+    let out = dlock()
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .args(["run", "--backend", &url, "--lock", "tls", "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("certificate"),
+        "refused for another reason: {stderr}"
+    );
+}

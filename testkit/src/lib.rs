@@ -35,6 +35,8 @@ pub struct RedisServer {
     dir: PathBuf,
     port: u16,
     extra: Vec<String>,
+    /// Serves TLS only (with certificates made in `dir`).
+    tls: bool,
 }
 
 impl RedisServer {
@@ -46,12 +48,43 @@ impl RedisServer {
     /// Starts `redis-server` with extra configuration arguments (e.g. `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> Self {
         let dir = temp_dir("redis");
-        let mut server = RedisServer {
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        Self::launch(RedisServer {
             child: None,
             dir,
             port: 0,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
+            extra,
+            tls: false,
+        })
+    }
+
+    /// Starts a redis-server that speaks only TLS, with a fresh CA and a server certificate
+    /// for 127.0.0.1 made by the `openssl` command. `Err` says why that is not possible here
+    /// (no openssl command).
+    pub fn start_tls() -> Result<Self, String> {
+        let dir = temp_dir("redis-tls");
+        make_certificates(&dir)?;
+        let file = |name: &str| dir.join(name).display().to_string();
+        let extra = vec![
+            "--tls-cert-file".into(),
+            file("server.crt"),
+            "--tls-key-file".into(),
+            file("server.key"),
+            "--tls-ca-cert-file".into(),
+            file("ca.crt"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ];
+        Ok(Self::launch(RedisServer {
+            child: None,
+            dir,
+            port: 0,
+            extra,
+            tls: true,
+        }))
+    }
+
+    fn launch(mut server: RedisServer) -> Self {
         for _ in 0..5 {
             server.port = free_port();
             if server.spawn() {
@@ -65,17 +98,16 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
+        let port = self.port.to_string();
+        // A TLS server listens on its TLS port only.
+        let ports = if self.tls {
+            ["--port", "0", "--tls-port", &port]
+        } else {
+            ["--port", &port, "--save", ""]
+        };
         let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &self.port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
@@ -87,7 +119,7 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.answers_ping() {
+            if self.ready() {
                 return true;
             }
             if self
@@ -104,8 +136,12 @@ impl RedisServer {
         false
     }
 
-    /// True when the server answers PING (or asks for authentication, which also means it is up).
-    fn answers_ping(&self) -> bool {
+    /// True when the server answers PING (or asks for authentication, which also means it is
+    /// up); for a TLS server, when it accepts connections.
+    fn ready(&self) -> bool {
+        if self.tls {
+            return TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+        }
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -121,9 +157,15 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://…` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
     }
 
     pub fn dir(&self) -> &Path {
@@ -150,6 +192,74 @@ impl RedisServer {
         }
         panic!("redis-server did not restart on port {}", self.port);
     }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with the `openssl` command.
+fn make_certificates(dir: &Path) -> Result<(), String> {
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| format!("the openssl command is not available: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .map_err(|e| e.to_string())?;
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=dlock test CA",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])
 }
 
 impl Drop for RedisServer {

@@ -16,7 +16,10 @@ async fn quickstart() -> Result<(), dlock::Error> {
         .wait(Duration::from_secs(5))
         .acquire()
         .await?;
-    println!("holding orders/42 with fencing token {}", guard.fencing_token());
+    println!(
+        "holding orders/42 with fencing token {}",
+        guard.fencing_token()
+    );
     tokio::select! {
         reason = guard.lost() => panic!("lock lost: {reason:?}"), // stop touching the resource
         () = tokio::time::sleep(Duration::from_millis(100)) => {} // the work, fenced by the token
@@ -31,7 +34,13 @@ fn the_readme_quotes_the_quickstart() {
     let source = include_str!("readme.rs");
     let begin = source.find("// README:begin\n").expect("begin") + "// README:begin\n".len();
     let end = source.find("    // README:end").expect("end");
-    let example: String = source[begin..end].lines().map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l))).collect();
+    let example: String = source[begin..end]
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
     let readme = include_str!("../../../README.md");
-    assert!(readme.contains(&example), "README.md does not contain the quickstart as in bindings/rust/tests/readme.rs:\n{example}");
+    assert!(
+        readme.contains(&example),
+        "README.md does not contain the quickstart as in bindings/rust/tests/readme.rs:\n{example}"
+    );
 }

@@ -330,7 +330,7 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
         );
         assert!(err.is_misuse());
     }
-    for url in ["rediss://127.0.0.1:1", "zk://127.0.0.1:2181"] {
+    for url in ["zk://127.0.0.1:2181", "redlock://127.0.0.1:1,127.0.0.1:2"] {
         assert!(
             matches!(
                 Client::connect(url).await.unwrap_err(),

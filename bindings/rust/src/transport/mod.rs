@@ -16,7 +16,9 @@ use crate::Error;
 /// A backend named by a URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Backend {
-    /// `redis://[user:password@]host[:port][/db]`, passed to the redis crate as it is.
+    /// `redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS (server certificates
+    /// are verified against the system's roots, or the PEM file named by `SSL_CERT_FILE`);
+    /// passed to the redis crate as it is.
     Redis(String),
     /// `memory://[name]`: an in-process server shared by the clients of this process that use
     /// the same name.
@@ -27,7 +29,7 @@ impl Backend {
     pub(crate) fn parse(url: &str) -> Result<Backend, Error> {
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(Error::InvalidUrl(format!(
-                "{url:?} has no scheme (redis://, memory://)"
+                "{url:?} has no scheme (redis://, rediss://, memory://)"
             )));
         };
         match scheme {
@@ -43,7 +45,7 @@ impl Backend {
                     )))
                 }
             }
-            "redis" => {
+            "redis" | "rediss" => {
                 use ::redis::IntoConnectionInfo;
                 let info = url
                     .into_connection_info()
@@ -54,14 +56,11 @@ impl Backend {
                 drop(info);
                 Ok(Backend::Redis(url.to_owned()))
             }
-            "rediss" => Err(Error::Unsupported(format!(
-                "{url:?}: TLS (rediss://) is not built into this client yet"
-            ))),
             "zk" | "redlock" | "redis-cluster" => Err(Error::Unsupported(format!(
                 "{url:?}: the {scheme}:// backend is not available yet"
             ))),
             other => Err(Error::Unsupported(format!(
-                "{url:?}: unknown scheme {other:?} (use redis:// or memory://)"
+                "{url:?}: unknown scheme {other:?} (use redis://, rediss:// or memory://)"
             ))),
         }
     }
