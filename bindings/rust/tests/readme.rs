@@ -16,10 +16,8 @@ async fn quickstart() -> Result<(), dlock::Error> {
         .wait(Duration::from_secs(5))
         .acquire()
         .await?;
-    println!(
-        "holding orders/42 with fencing token {}",
-        guard.fencing_token()
-    );
+    let token = guard.fencing_token(); // pass it to the resource; it refuses smaller ones
+    println!("holding orders/42 with fencing token {token}");
     tokio::select! {
         reason = guard.lost() => panic!("lock lost: {reason:?}"), // stop touching the resource
         () = tokio::time::sleep(Duration::from_millis(100)) => {} // the work, fenced by the token
