@@ -41,3 +41,7 @@ core-is-sans-io:
 # A long simulation run: `just simulate 20000` runs 20,000 seeds.
 simulate seeds="2000":
     DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture
+
+# Uncontended acquire+release next to raw PING/EVALSHA round trips, one run (release build).
+bench-latency iterations="5000":
+    cargo run --release --quiet -p dlock-bench --bin latency -- {{iterations}}
