@@ -285,11 +285,18 @@ impl Guard {
 
     /// Completes when the lock is lost, with the reason. Pending forever while it is held.
     pub async fn lost(&self) -> LostReason {
-        let mut lost = self.lost.clone();
-        match lost.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone().unwrap_or(LostReason::Closed),
+        match self.lost_signal().wait().await {
+            Some(reason) => reason,
             // Released: it can no longer be lost.
-            Err(_) => std::future::pending().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// A handle on this guard's loss that lives apart from the guard (e.g. to watch for loss
+    /// on another task while this one works).
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal {
+            lost: self.lost.clone(),
         }
     }
 
@@ -322,6 +329,27 @@ impl Guard {
             reply: Some(reply),
         })?;
         done.instrument(span).await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// Tells when a held lock is lost; see [`Guard::lost_signal`].
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    lost: watch::Receiver<Option<LostReason>>,
+}
+
+impl LostSignal {
+    /// Why the lock was lost, if it was.
+    pub fn reason(&self) -> Option<LostReason> {
+        self.lost.borrow().clone()
+    }
+
+    /// Completes with the reason when the lock is lost, or with `None` once it has been
+    /// released (it can no longer be lost).
+    pub async fn wait(&self) -> Option<LostReason> {
+        let mut lost = self.lost.clone();
+        let reason = lost.wait_for(Option::is_some).await.map(|r| r.clone());
+        reason.unwrap_or_else(|_| lost.borrow().clone())
     }
 }
 

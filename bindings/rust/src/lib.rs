@@ -27,6 +27,6 @@ mod driver;
 mod error;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder};
+pub use client::{Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal};
 pub use dlock_core::redis::LockStatus;
 pub use error::{Error, LostReason};

@@ -1,0 +1,264 @@
+"""dlock: distributed locks with fencing tokens, FIFO hand-off and a lost-lock signal.
+
+The lock semantics are one engine written in Rust, shared with the Rust crate, the Node
+package and the Wasm component, so all of them contend for the same locks safely::
+
+    import dlock
+
+    client = dlock.connect("redis://127.0.0.1:6379")
+    with client.lock("orders/42", lease=10.0, wait=5.0) as held:
+        write(fence=held.fencing_token)
+
+Durations are seconds (floats). See :mod:`dlock.aio` for asyncio.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable, Optional, Tuple, Type
+
+from ._dlock import DEFAULT_LEASE, NativeClient, NativeHeld, new_owner
+from .errors import BackendError, DlockError, InvalidArgument, LockLost, LockTimeout, NotHeld
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "BackendError",
+    "Client",
+    "DlockError",
+    "Held",
+    "InvalidArgument",
+    "Lock",
+    "LockLost",
+    "LockStatus",
+    "LockTimeout",
+    "NotHeld",
+    "connect",
+]
+
+OnLost = Callable[["Held", str], None]
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for reprs and messages."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in creds:
+        return url
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """Who holds a lock, with which fencing token, for how long, and who waits."""
+
+    name: str
+    owner: Optional[str]
+    count: int
+    fencing_token: int
+    ttl: Optional[float]
+    latest_token: int
+    waiters: Tuple[str, ...]
+
+
+def _status(name: str, raw: dict) -> LockStatus:  # type: ignore[type-arg]
+    return LockStatus(
+        name=name,
+        owner=raw["owner"],
+        count=raw["count"],
+        fencing_token=raw["fencing_token"],
+        ttl=raw["ttl"],
+        latest_token=raw["latest_token"],
+        waiters=tuple(raw["waiters"]),
+    )
+
+
+def connect(url: str, *, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None) -> "Client":
+    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS) or ``memory://[name]``.
+
+    Raises :class:`InvalidArgument` for a malformed URL and :class:`BackendError` when the
+    backend cannot be reached.
+    """
+    native = NativeClient.connect(url, waiter_lease, request_timeout)
+    return Client(native, url)
+
+
+class Client:
+    """A connection to one lock backend, safe to share between threads."""
+
+    def __init__(self, native: NativeClient, url: str) -> None:
+        self._native = native
+        self._url = url
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> "Lock":
+        """A lock to acquire. ``lease`` is renewed while held; ``wait`` bounds
+        :meth:`Lock.acquire` (None: as long as it takes); ``max_hold`` stops renewal;
+        ``on_lost(held, reason)`` is called once, from a background thread, if it is lost."""
+        return Lock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+
+    def status(self, name: str) -> LockStatus:
+        """Who holds ``name`` now, and who waits for it."""
+        return _status(name, self._native.status(name))
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def close(self) -> None:
+        """Stops taking calls. Locks still held stay held until released."""
+        self._native.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"id={self._native.id}"
+        return f"<dlock.Client {_redact(self._url)} {state}>"
+
+
+class Lock:
+    """One lock name with its options. Acquiring the same ``Lock`` again from the same thread
+    while it holds is reentrant (same fencing token, one more release needed); other threads
+    and other ``Lock`` objects contend normally."""
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        lease: float,
+        wait: Optional[float],
+        max_hold: Optional[float],
+        on_lost: Optional[OnLost],
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.lease = lease
+        self.wait = wait
+        self.max_hold = max_hold
+        self.on_lost = on_lost
+        self._local = threading.local()
+
+    def _owner(self) -> int:
+        owner: Optional[int] = getattr(self._local, "owner", None)
+        if owner is None:
+            owner = self._local.owner = new_owner()
+        return owner
+
+    def _held_stack(self) -> "list[Held]":
+        stack: Optional[list[Held]] = getattr(self._local, "held", None)
+        if stack is None:
+            stack = self._local.held = []
+        return stack
+
+    def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
+        native = self.client._native.acquire(self.name, self._owner(), self.lease, wait, self.max_hold)
+        return None if native is None else Held(native, self.on_lost)
+
+    def acquire(self) -> "Held":
+        """Blocks until acquired, up to ``wait`` seconds (raises :class:`LockTimeout`). The GIL
+        is released while waiting, and Ctrl-C interrupts the wait (leaving the queue)."""
+        held = self._acquire(self.wait)
+        if held is None:
+            raise LockTimeout(f"lock {self.name!r} is held by someone else")
+        return held
+
+    def try_acquire(self) -> Optional["Held"]:
+        """Takes the lock if it is free now, else returns None."""
+        return self._acquire(0.0)
+
+    def __enter__(self) -> "Held":
+        held = self.acquire()
+        self._held_stack().append(held)
+        return held
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self._held_stack().pop()._exit(exc)
+
+    def __repr__(self) -> str:
+        return f"<dlock.Lock {self.name!r} lease={self.lease}s wait={self.wait}>"
+
+
+class Held:
+    """A held lock. Release it once (or leave its ``with`` block); safe to use from any thread."""
+
+    def __init__(self, native: NativeHeld, on_lost: Optional[OnLost] = None) -> None:
+        self._native = native
+        if on_lost is not None:
+            threading.Thread(target=self._watch, args=(on_lost,), name=f"dlock-on-lost-{native.name}", daemon=True).start()
+
+    def _watch(self, on_lost: OnLost) -> None:
+        reason = self._native.wait_lost()
+        if reason is not None:
+            on_lost(self, reason)
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def fencing_token(self) -> int:
+        """Larger than every earlier holder's token of this lock: pass it to the resource
+        you protect and have it refuse smaller ones."""
+        return self._native.fencing_token
+
+    @property
+    def is_lost(self) -> bool:
+        return self._native.lost_reason is not None
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """``"expired"``, ``"not-owner"``, ``"max-hold"`` or ``"closed"`` once lost."""
+        return self._native.lost_reason
+
+    def extend(self, lease: float) -> None:
+        """Renews now with ``lease`` seconds, which later renewals keep using."""
+        self._native.extend(lease)
+
+    def release(self) -> None:
+        """Releases the lock (one level of a reentrant hold). Raises :class:`LockLost` if it
+        was lost meanwhile, :class:`NotHeld` if already released."""
+        self._native.release()
+
+    def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Blocks until the lock is lost (returns the reason), released, or ``timeout``
+        seconds pass (returns None)."""
+        return self._native.wait_lost(timeout)
+
+    def _exit(self, exc: Optional[BaseException]) -> None:
+        try:
+            self.release()
+        except LockLost:
+            if exc is None:
+                raise
+
+    def __enter__(self) -> "Held":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self._exit(exc)
+
+    def __repr__(self) -> str:
+        if self._native.lost_reason is not None:
+            state = f"lost ({self._native.lost_reason})"
+        else:
+            state = "held" if self._native.held else "released"
+        return f"<dlock.Held {self.name!r} fencing_token={self.fencing_token} {state}>"
