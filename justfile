@@ -22,7 +22,23 @@ test: setup
     cargo build -p dlock-core --target wasm32-wasip2
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace --no-fail-fast -- --skip simulation
+    just python-test
     cargo test -p dlock-core --test simulation -- --nocapture
+
+# Build the Python wheel, install it into target/venv, and run pytest against the installed wheel.
+python-test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    venv=target/venv
+    [ -x $venv/bin/python ] || python3 -m venv $venv
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest mypy
+    rm -rf target/wheels
+    $venv/bin/maturin build --quiet -m python/Cargo.toml -o target/wheels
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/dlock-*.whl
+    status=0
+    $venv/bin/python -m pytest -q python/tests || status=$?
+    if [ "$status" = 5 ]; then echo "pytest collected no tests: python/tests is broken"; fi
+    exit "$status"
 
 # Install the toolchain pieces and services the tests need.
 setup:

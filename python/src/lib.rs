@@ -20,9 +20,10 @@ fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((owner, rt)) = slot.as_ref()
-        && *owner == pid {
-            return Ok(rt.clone());
-        }
+        && *owner == pid
+    {
+        return Ok(rt.clone());
+    }
     // Inherited from a parent process: leak it rather than join threads that are not there.
     std::mem::forget(slot.take());
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,0 +1,38 @@
+"""Type-checked with `mypy --strict` by test_typing.py: the API as users write it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+import dlock
+import dlock.aio
+
+
+def sync_example(url: str) -> int:
+    client: dlock.Client = dlock.connect(url, waiter_lease=3.0)
+    with client.lock("orders/42", lease=10.0, wait=5.0) as held:
+        token: int = held.fencing_token
+    maybe: Optional[dlock.Held] = client.lock("orders/42").try_acquire()
+    if maybe is not None:
+        maybe.extend(10.0)
+        reason: Optional[str] = maybe.wait_lost(timeout=0.01)
+        assert reason is None and not maybe.is_lost
+        maybe.release()
+    status: dlock.LockStatus = client.status("orders/42")
+    client.close()
+    return token + status.latest_token
+
+
+async def async_example(url: str) -> int:
+    client = await dlock.aio.connect(url)
+    async with client.lock("orders/42", lease=10.0) as held:
+        token: int = held.fencing_token
+    again: dlock.aio.AsyncHeld = await client.lock("orders/42").acquire()
+    await again.release()
+    await client.close()
+    return token
+
+
+if __name__ == "__main__":
+    print(sync_example("memory://typed"), asyncio.run(async_example("memory://typed")))
