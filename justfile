@@ -61,3 +61,15 @@ simulate seeds="2000":
 # Uncontended acquire+release next to raw PING/EVALSHA round trips, one run (release build).
 bench-latency iterations="5000":
     cargo run --release --quiet -p dlock-bench --bin latency -- {{iterations}}
+
+# Python: dlock's `with client.lock(...)` next to redis-py's Lock, EVALSHA and the Rust client (release builds).
+bench-python iterations="5000":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    venv=target/bench-venv
+    [ -x $venv/bin/python ] || python3 -m venv $venv
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis
+    $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
+    cargo build --release --quiet -p dlock-bench --bin latency
+    $venv/bin/python bench/python/latency.py {{iterations}} target/release/latency

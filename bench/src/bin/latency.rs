@@ -1,7 +1,8 @@
 //! Uncontended acquire + release latency of dlock next to the raw round trips of the same
 //! redis-server (PING, and EVALSHA of a script that returns at once), measured in one run.
 //!
-//! `just bench-latency [iterations]`. It starts its own redis-server on a free port.
+//! `just bench-latency [iterations]`. It starts its own redis-server on a free port, or uses
+//! the one at the URL given as second argument.
 
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,11 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(5000);
-    let server = RedisServer::start();
-    let raw = redis::Client::open(server.url()).unwrap();
+    let own = std::env::args().nth(2).is_none().then(RedisServer::start);
+    let url = std::env::args()
+        .nth(2)
+        .unwrap_or_else(|| own.as_ref().map(RedisServer::url).unwrap_or_default());
+    let raw = redis::Client::open(url.as_str()).unwrap();
     let mut con = raw.get_multiplexed_async_connection().await.unwrap();
     let script = redis::Script::new("return 1");
 
@@ -63,7 +67,7 @@ async fn main() {
         }
     })
     .await;
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = Client::connect(&url).await.unwrap();
     let dlock_redis = measure(n, || {
         let client = client.clone();
         async move {
