@@ -1,0 +1,89 @@
+/** dlock for Node.js: distributed locks with fencing tokens, FIFO hand-off and a lost-lock signal. */
+
+export declare const DEFAULT_LEASE_MS: number
+
+/** Stable `err.code`s of the errors dlock rejects with. */
+export type DlockErrorCode =
+  | 'DLOCK_TIMEOUT'
+  | 'DLOCK_LOST'
+  | 'DLOCK_NOT_HELD'
+  | 'DLOCK_INVALID_ARGUMENT'
+  | 'DLOCK_BACKEND'
+  | 'DLOCK_CLOSED'
+
+export interface DlockError extends Error {
+  code: DlockErrorCode
+}
+
+export type LostReason = 'expired' | 'not-owner' | 'max-hold' | 'closed'
+
+export interface ConnectOptions {
+  /** How long a queued waiter keeps its place without renewing it (default 3000). */
+  waiterLeaseMs?: number | null
+  /** How long a backend request may take before it counts as failed (default 2000). */
+  requestTimeoutMs?: number | null
+}
+
+export interface LockOptions {
+  /** Time to live on the server, renewed every third of it while held (default 30000). */
+  leaseMs?: number
+  /** How long `acquire()` waits; null: as long as it takes. */
+  waitMs?: number | null
+  /** Stop renewing and release this long after acquiring; the lock is then lost. */
+  maxHoldMs?: number | null
+  /** Acquires with the same owner while it holds are reentrant (same fencing token). */
+  owner?: number
+}
+
+export interface AcquireOptions {
+  /** Aborting it stops the wait and leaves the queue. */
+  signal?: AbortSignal
+  waitMs?: number | null
+}
+
+export interface LockStatus {
+  owner: string | null
+  count: number
+  fencingToken: bigint
+  ttlMs: number | null
+  latestToken: bigint
+  waiters: string[]
+}
+
+/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS) or `memory://[name]`. */
+export declare function connect(url: string, options?: ConnectOptions): Promise<Client>
+
+export declare class Client {
+  private constructor()
+  lock(name: string, options?: LockOptions): Lock
+  status(name: string): Promise<LockStatus>
+  readonly closed: boolean
+  close(): Promise<void>
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+export declare class Lock {
+  private constructor()
+  readonly name: string
+  readonly leaseMs: number
+  readonly waitMs: number | null
+  readonly maxHoldMs: number | null
+  readonly owner: number | undefined
+  /** Rejects with DLOCK_TIMEOUT when `waitMs` runs out, or with the signal's reason when aborted. */
+  acquire(options?: AcquireOptions): Promise<Held>
+  tryAcquire(): Promise<Held | null>
+}
+
+export declare class Held {
+  private constructor()
+  readonly name: string
+  /** Larger than every earlier holder's token of this lock. */
+  readonly fencingToken: bigint
+  readonly isLost: boolean
+  readonly lostReason: LostReason | null
+  /** Resolves with the reason if the lock is lost, or null once released; never rejects. */
+  readonly lost: Promise<LostReason | null>
+  extend(leaseMs: number): Promise<void>
+  release(): Promise<void>
+  [Symbol.asyncDispose](): Promise<void>
+}

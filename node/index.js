@@ -1,0 +1,205 @@
+'use strict'
+// dlock for Node.js: distributed locks with fencing tokens, FIFO hand-off and a lost-lock
+// signal. The lock semantics are dlock's Rust engine (the same one the Rust crate, the
+// Python package and the Wasm component run), loaded from the native addon.
+
+const { inspect } = require('node:util')
+const native = require('./binding.js')
+
+const DEFAULT_LEASE_MS = 30_000
+const CODE = /^(DLOCK_[A-Z_]+): ([\s\S]*)$/
+
+/** Moves the code the addon puts at the front of a message to `err.code`. */
+function coded(err) {
+  const m = err instanceof Error ? CODE.exec(err.message) : null
+  if (m) {
+    err.code = m[1]
+    err.message = m[2]
+  }
+  return err
+}
+
+async function call(promise) {
+  try {
+    return await promise
+  } catch (err) {
+    throw coded(err)
+  }
+}
+
+function invalid(message) {
+  const err = new TypeError(message)
+  err.code = 'DLOCK_INVALID_ARGUMENT'
+  return err
+}
+
+function abortError(signal) {
+  if (signal.reason !== undefined) return signal.reason
+  const err = new Error('the acquire was aborted')
+  err.name = 'AbortError'
+  err.code = 'ABORT_ERR'
+  return err
+}
+
+function redact(url) {
+  return url.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/, '$1:***@')
+}
+
+let nextOwner = 1
+
+/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS) or `memory://[name]`. */
+async function connect(url, options = {}) {
+  if (typeof url !== 'string') throw invalid('url must be a string')
+  const { waiterLeaseMs = null, requestTimeoutMs = null } = options
+  const inner = await call(native.connect(url, waiterLeaseMs, requestTimeoutMs))
+  return new Client(inner, url)
+}
+
+class Client {
+  #native
+  #url
+
+  constructor(inner, url) {
+    this.#native = inner
+    this.#url = url
+  }
+
+  /** A lock to acquire: `{ leaseMs = 30000, waitMs, maxHoldMs, owner }`. */
+  lock(name, options = {}) {
+    return new Lock(this.#native, name, options)
+  }
+
+  /** Who holds `name`, with which fencing token, for how long, and who waits. */
+  async status(name) {
+    return call(this.#native.status(name))
+  }
+
+  get closed() {
+    return this.#native.closed
+  }
+
+  /** Stops taking calls; locks still held stay held until released. */
+  async close() {
+    this.#native.close()
+  }
+
+  async [Symbol.asyncDispose]() {
+    await this.close()
+  }
+
+  [inspect.custom]() {
+    return `Client <${redact(this.#url)} ${this.closed ? 'closed' : `id=${this.#native.id}`}>`
+  }
+}
+
+class Lock {
+  #native
+
+  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner } = {}) {
+    if (typeof name !== 'string') throw invalid('name must be a string')
+    if (owner !== undefined && !Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
+    this.#native = inner
+    this.name = name
+    this.leaseMs = leaseMs
+    this.waitMs = waitMs
+    this.maxHoldMs = maxHoldMs
+    this.owner = owner
+  }
+
+  async #acquire(waitMs, signal) {
+    const owner = this.owner ?? nextOwner++
+    if (!signal) {
+      return call(this.#native.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, null))
+    }
+    if (signal.aborted) throw abortError(signal)
+    const id = this.#native.newCancelId()
+    const abort = () => this.#native.cancel(id)
+    signal.addEventListener('abort', abort, { once: true })
+    try {
+      const held = await call(this.#native.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, id))
+      if (held === null && signal.aborted) throw abortError(signal)
+      return held
+    } finally {
+      signal.removeEventListener('abort', abort)
+    }
+  }
+
+  /**
+   * Waits for the lock, up to `waitMs` (as long as it takes if null). Rejects with code
+   * DLOCK_TIMEOUT when the wait runs out; an aborted `signal` leaves the queue and rejects.
+   */
+  async acquire({ signal, waitMs = this.waitMs } = {}) {
+    const inner = await this.#acquire(waitMs, signal)
+    if (inner === null) {
+      const err = new Error(`lock ${JSON.stringify(this.name)} is held by someone else`)
+      err.code = 'DLOCK_TIMEOUT'
+      throw err
+    }
+    return new Held(inner)
+  }
+
+  /** Takes the lock if it is free now; null otherwise. */
+  async tryAcquire() {
+    const inner = await this.#acquire(0, undefined)
+    return inner === null ? null : new Held(inner)
+  }
+
+  [inspect.custom]() {
+    return `Lock <${JSON.stringify(this.name)} leaseMs=${this.leaseMs}>`
+  }
+}
+
+class Held {
+  #native
+  #lost
+
+  constructor(inner) {
+    this.#native = inner
+  }
+
+  get name() {
+    return this.#native.name
+  }
+
+  /** Larger than every earlier holder's token of this lock (bigint). */
+  get fencingToken() {
+    return this.#native.fencingToken
+  }
+
+  get isLost() {
+    return this.#native.lostReason !== null
+  }
+
+  /** 'expired' | 'not-owner' | 'max-hold' | 'closed' once lost, else null. */
+  get lostReason() {
+    return this.#native.lostReason
+  }
+
+  /** Resolves with the reason if the lock is lost (null once released); never rejects. */
+  get lost() {
+    this.#lost ??= this.#native.waitLost()
+    return this.#lost
+  }
+
+  /** Renews now with `leaseMs`, which later renewals keep using. */
+  async extend(leaseMs) {
+    return call(this.#native.extend(leaseMs))
+  }
+
+  /** Releases the lock. Rejects with DLOCK_LOST if it was lost, DLOCK_NOT_HELD if already released. */
+  async release() {
+    return call(this.#native.release())
+  }
+
+  /** `await using held = await lock.acquire()` releases it at the end of the block. */
+  async [Symbol.asyncDispose]() {
+    if (this.#native.held) await this.release()
+  }
+
+  [inspect.custom]() {
+    const state = this.isLost ? `lost (${this.lostReason})` : this.#native.held ? 'held' : 'released'
+    return `Held <${JSON.stringify(this.name)} fencingToken=${this.fencingToken} ${state}>`
+  }
+}
+
+module.exports = { connect, Client, Lock, Held, DEFAULT_LEASE_MS }

@@ -1,0 +1,251 @@
+//! The native half of the npm package `dlock`: the Rust client (and so the one engine) on
+//! napi-rs's tokio runtime, exposed as Promise-returning methods. The JavaScript API
+//! (`index.js`: options objects, AbortSignal, error codes, `held.lost`, `await using`) wraps it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use napi::bindgen_prelude::BigInt;
+use napi::{Error, Result, Status};
+use napi_derive::napi;
+use tokio::sync::oneshot;
+
+/// A JS error whose message starts with its stable code; `index.js` moves it to `err.code`.
+fn coded(code: &str, message: impl std::fmt::Display) -> Error {
+    Error::new(Status::GenericFailure, format!("{code}: {message}"))
+}
+
+fn js_error(e: &dlock::Error) -> Error {
+    use dlock::Error as E;
+    let code = match e {
+        E::WaitTimedOut => "DLOCK_TIMEOUT",
+        E::Lost(_) | E::Engine(dlock_core::Error::LockLost { .. }) => "DLOCK_LOST",
+        E::Engine(dlock_core::Error::NotHeld { .. }) => "DLOCK_NOT_HELD",
+        E::Closed => "DLOCK_CLOSED",
+        e if e.is_misuse() => "DLOCK_INVALID_ARGUMENT",
+        _ => "DLOCK_BACKEND",
+    };
+    coded(code, e)
+}
+
+/// Milliseconds from JS as a duration: negative, NaN or infinite is refused here; zero and
+/// out-of-range leases by the engine.
+fn millis(what: &str, ms: f64) -> Result<Duration> {
+    if !ms.is_finite() || ms < 0.0 {
+        return Err(coded("DLOCK_INVALID_ARGUMENT", format!("{what} must be a finite number of milliseconds >= 0, got {ms}")));
+    }
+    Duration::try_from_secs_f64(ms / 1e3).map_err(|e| coded("DLOCK_INVALID_ARGUMENT", format!("{what}: {e}")))
+}
+
+fn optional_millis(what: &str, ms: Option<f64>) -> Result<Option<Duration>> {
+    ms.map(|ms| millis(what, ms)).transpose()
+}
+
+/// Connects to `redis://…`, `rediss://…` or `memory://[name]`.
+#[napi]
+pub async fn connect(url: String, waiter_lease_ms: Option<f64>, request_timeout_ms: Option<f64>) -> Result<NativeClient> {
+    let mut builder = dlock::Client::builder(&url);
+    if let Some(d) = optional_millis("waiterLeaseMs", waiter_lease_ms)? {
+        builder = builder.waiter_lease(d);
+    }
+    if let Some(d) = optional_millis("requestTimeoutMs", request_timeout_ms)? {
+        builder = builder.request_timeout(d);
+    }
+    let client = builder.connect().await.map_err(|e| js_error(&e))?;
+    Ok(NativeClient { client: Mutex::new(Some(client)), cancels: Arc::default(), next_cancel: AtomicU32::new(1) })
+}
+
+#[napi]
+#[derive(Debug)]
+pub struct NativeClient {
+    client: Mutex<Option<dlock::Client>>,
+    /// Pending acquires that an AbortSignal may cancel, by cancel id.
+    cancels: Arc<Mutex<HashMap<u32, oneshot::Sender<()>>>>,
+    next_cancel: AtomicU32,
+}
+
+/// A lock's state, as `dlock status` shows it.
+#[napi(object)]
+#[derive(Debug)]
+pub struct LockStatus {
+    pub owner: Option<String>,
+    pub count: u32,
+    pub fencing_token: BigInt,
+    pub ttl_ms: Option<f64>,
+    pub latest_token: BigInt,
+    pub waiters: Vec<String>,
+}
+
+impl NativeClient {
+    fn client(&self) -> Result<dlock::Client> {
+        let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        client.clone().ok_or_else(|| coded("DLOCK_CLOSED", "the client is closed"))
+    }
+}
+
+#[napi]
+impl NativeClient {
+    /// An id to pass to `acquire` so that `cancel(id)` can stop that wait.
+    #[napi]
+    pub fn new_cancel_id(&self) -> u32 {
+        self.next_cancel.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy).
+    #[napi]
+    pub async fn acquire(
+        &self,
+        name: String,
+        owner: i64,
+        lease_ms: f64,
+        wait_ms: Option<f64>,
+        max_hold_ms: Option<f64>,
+        cancel_id: Option<u32>,
+    ) -> Result<Option<NativeHeld>> {
+        let mut lock = self.client()?.lock(name).owner(owner as u64).lease(millis("leaseMs", lease_ms)?);
+        if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
+            lock = lock.max_hold(m);
+        }
+        let wait = optional_millis("waitMs", wait_ms)?;
+        let acquire = async move {
+            match wait {
+                Some(w) if w.is_zero() => lock.try_acquire().await,
+                Some(w) => lock.wait(w).acquire().await.map(Some),
+                None => lock.acquire().await.map(Some),
+            }
+        };
+        let guard = match cancel_id {
+            None => acquire.await,
+            Some(id) => {
+                let (tx, rx) = oneshot::channel();
+                self.cancels.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+                let out = tokio::select! {
+                    out = acquire => out,
+                    // Dropping the acquire future leaves the wait queue.
+                    _ = rx => Ok(None),
+                };
+                self.cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                out
+            }
+        };
+        Ok(guard.map_err(|e| js_error(&e))?.map(NativeHeld::new))
+    }
+
+    /// Stops the acquire started with this cancel id (it then resolves with null).
+    #[napi]
+    pub fn cancel(&self, cancel_id: u32) {
+        if let Some(tx) = self.cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&cancel_id) {
+            let _ = tx.send(());
+        }
+    }
+
+    #[napi]
+    pub async fn status(&self, name: String) -> Result<LockStatus> {
+        let s = self.client()?.status(&name).await.map_err(|e| js_error(&e))?;
+        Ok(LockStatus {
+            owner: s.owner,
+            count: s.count,
+            fencing_token: BigInt::from(s.fencing_token),
+            ttl_ms: s.ttl.map(|t| t.as_secs_f64() * 1e3),
+            latest_token: BigInt::from(s.latest_token),
+            waiters: s.waiters,
+        })
+    }
+
+    /// Stops taking calls; held locks stay held until released.
+    #[napi]
+    pub fn close(&self) {
+        self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.client.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// The client's 128-bit id in hex; its owner tokens start with it.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        client.as_ref().map(|c| format!("{:032x}", c.id().0)).unwrap_or_default()
+    }
+}
+
+#[napi]
+#[derive(Debug)]
+pub struct NativeHeld {
+    guard: Arc<tokio::sync::Mutex<Option<dlock::Guard>>>,
+    lost: dlock::LostSignal,
+    name: String,
+    fencing_token: u64,
+}
+
+impl NativeHeld {
+    fn new(guard: dlock::Guard) -> Self {
+        NativeHeld {
+            lost: guard.lost_signal(),
+            name: guard.name().to_owned(),
+            fencing_token: guard.fencing_token(),
+            guard: Arc::new(tokio::sync::Mutex::new(Some(guard))),
+        }
+    }
+}
+
+fn reason_name(reason: &dlock::LostReason) -> &'static str {
+    match reason {
+        dlock::LostReason::Expired => "expired",
+        dlock::LostReason::NotOwner => "not-owner",
+        dlock::LostReason::MaxHold => "max-hold",
+        dlock::LostReason::Closed => "closed",
+    }
+}
+
+fn released() -> Error {
+    coded("DLOCK_NOT_HELD", "this lock was already released")
+}
+
+#[napi]
+impl NativeHeld {
+    #[napi(getter)]
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    #[napi(getter)]
+    pub fn fencing_token(&self) -> BigInt {
+        BigInt::from(self.fencing_token)
+    }
+
+    /// `"expired"`, `"not-owner"`, `"max-hold"` or `"closed"` once lost, else null.
+    #[napi(getter)]
+    pub fn lost_reason(&self) -> Option<String> {
+        self.lost.reason().map(|r| reason_name(&r).to_owned())
+    }
+
+    /// True while this object holds the lock (not released, not lost).
+    #[napi(getter)]
+    pub fn held(&self) -> bool {
+        self.lost.reason().is_none() && self.guard.try_lock().map(|g| g.is_some()).unwrap_or(true)
+    }
+
+    #[napi]
+    pub async fn release(&self) -> Result<()> {
+        let guard = self.guard.lock().await.take().ok_or_else(released)?;
+        guard.release().await.map_err(|e| js_error(&e))
+    }
+
+    #[napi]
+    pub async fn extend(&self, lease_ms: f64) -> Result<()> {
+        let lease = millis("leaseMs", lease_ms)?;
+        let guard = self.guard.lock().await;
+        guard.as_ref().ok_or_else(released)?.extend(lease).await.map_err(|e| js_error(&e))
+    }
+
+    /// Resolves with the reason when the lock is lost, or with null once it is released.
+    #[napi]
+    pub async fn wait_lost(&self) -> Result<Option<String>> {
+        Ok(self.lost.wait().await.map(|r| reason_name(&r).to_owned()))
+    }
+}
