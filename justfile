@@ -23,6 +23,7 @@ test: setup
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace --no-fail-fast -- --skip simulation
     just python-test
+    just node-test
     cargo test -p dlock-core --test simulation -- --nocapture
 
 # Build the Python wheel, install it into target/venv, and run pytest against the installed wheel.
@@ -39,6 +40,25 @@ python-test:
     $venv/bin/python -m pytest -q python/tests || status=$?
     if [ "$status" = 5 ]; then echo "pytest collected no tests: python/tests is broken"; fi
     exit "$status"
+
+# Build the Node addon, pack the npm tarball, install it into a fresh project, run node --test there.
+node-test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cd node
+    npm ci --no-audit --no-fund --loglevel=error
+    npx napi build --platform --js binding.js --dts binding.d.ts
+    rm -f dlock-*.tgz
+    tarball="$PWD/$(npm pack --silent)"
+    project="$(mktemp -d)/project"
+    mkdir -p "$project"
+    cp -r test "$project/"
+    cp ../README.md "$project/"
+    cd "$project"
+    npm init -y >/dev/null
+    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20
+    node --test test/*.test.mjs
+    rm -rf "$(dirname "$project")"
 
 # Install the toolchain pieces and services the tests need.
 setup:

@@ -71,7 +71,8 @@ class Client {
 
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
-    return call(this.#native.status(name))
+    const s = await call(this.#native.status(name))
+    return { ...s, owner: s.owner ?? null, ttlMs: s.ttlMs ?? null }
   }
 
   get closed() {

@@ -34,9 +34,13 @@ fn js_error(e: &dlock::Error) -> Error {
 /// out-of-range leases by the engine.
 fn millis(what: &str, ms: f64) -> Result<Duration> {
     if !ms.is_finite() || ms < 0.0 {
-        return Err(coded("DLOCK_INVALID_ARGUMENT", format!("{what} must be a finite number of milliseconds >= 0, got {ms}")));
+        return Err(coded(
+            "DLOCK_INVALID_ARGUMENT",
+            format!("{what} must be a finite number of milliseconds >= 0, got {ms}"),
+        ));
     }
-    Duration::try_from_secs_f64(ms / 1e3).map_err(|e| coded("DLOCK_INVALID_ARGUMENT", format!("{what}: {e}")))
+    Duration::try_from_secs_f64(ms / 1e3)
+        .map_err(|e| coded("DLOCK_INVALID_ARGUMENT", format!("{what}: {e}")))
 }
 
 fn optional_millis(what: &str, ms: Option<f64>) -> Result<Option<Duration>> {
@@ -45,7 +49,11 @@ fn optional_millis(what: &str, ms: Option<f64>) -> Result<Option<Duration>> {
 
 /// Connects to `redis://…`, `rediss://…` or `memory://[name]`.
 #[napi]
-pub async fn connect(url: String, waiter_lease_ms: Option<f64>, request_timeout_ms: Option<f64>) -> Result<NativeClient> {
+pub async fn connect(
+    url: String,
+    waiter_lease_ms: Option<f64>,
+    request_timeout_ms: Option<f64>,
+) -> Result<NativeClient> {
     let mut builder = dlock::Client::builder(&url);
     if let Some(d) = optional_millis("waiterLeaseMs", waiter_lease_ms)? {
         builder = builder.waiter_lease(d);
@@ -54,7 +62,11 @@ pub async fn connect(url: String, waiter_lease_ms: Option<f64>, request_timeout_
         builder = builder.request_timeout(d);
     }
     let client = builder.connect().await.map_err(|e| js_error(&e))?;
-    Ok(NativeClient { client: Mutex::new(Some(client)), cancels: Arc::default(), next_cancel: AtomicU32::new(1) })
+    Ok(NativeClient {
+        client: Mutex::new(Some(client)),
+        cancels: Arc::default(),
+        next_cancel: AtomicU32::new(1),
+    })
 }
 
 #[napi]
@@ -81,7 +93,9 @@ pub struct LockStatus {
 impl NativeClient {
     fn client(&self) -> Result<dlock::Client> {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        client.clone().ok_or_else(|| coded("DLOCK_CLOSED", "the client is closed"))
+        client
+            .clone()
+            .ok_or_else(|| coded("DLOCK_CLOSED", "the client is closed"))
     }
 }
 
@@ -104,7 +118,11 @@ impl NativeClient {
         max_hold_ms: Option<f64>,
         cancel_id: Option<u32>,
     ) -> Result<Option<NativeHeld>> {
-        let mut lock = self.client()?.lock(name).owner(owner as u64).lease(millis("leaseMs", lease_ms)?);
+        let mut lock = self
+            .client()?
+            .lock(name)
+            .owner(owner as u64)
+            .lease(millis("leaseMs", lease_ms)?);
         if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
             lock = lock.max_hold(m);
         }
@@ -120,13 +138,19 @@ impl NativeClient {
             None => acquire.await,
             Some(id) => {
                 let (tx, rx) = oneshot::channel();
-                self.cancels.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+                self.cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, tx);
                 let out = tokio::select! {
                     out = acquire => out,
                     // Dropping the acquire future leaves the wait queue.
                     _ = rx => Ok(None),
                 };
-                self.cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                self.cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
                 out
             }
         };
@@ -136,14 +160,23 @@ impl NativeClient {
     /// Stops the acquire started with this cancel id (it then resolves with null).
     #[napi]
     pub fn cancel(&self, cancel_id: u32) {
-        if let Some(tx) = self.cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&cancel_id) {
+        if let Some(tx) = self
+            .cancels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&cancel_id)
+        {
             let _ = tx.send(());
         }
     }
 
     #[napi]
     pub async fn status(&self, name: String) -> Result<LockStatus> {
-        let s = self.client()?.status(&name).await.map_err(|e| js_error(&e))?;
+        let s = self
+            .client()?
+            .status(&name)
+            .await
+            .map_err(|e| js_error(&e))?;
         Ok(LockStatus {
             owner: s.owner,
             count: s.count,
@@ -162,14 +195,20 @@ impl NativeClient {
 
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        self.client.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
     }
 
     /// The client's 128-bit id in hex; its owner tokens start with it.
     #[napi(getter)]
     pub fn id(&self) -> String {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        client.as_ref().map(|c| format!("{:032x}", c.id().0)).unwrap_or_default()
+        client
+            .as_ref()
+            .map(|c| format!("{:032x}", c.id().0))
+            .unwrap_or_default()
     }
 }
 
@@ -240,7 +279,12 @@ impl NativeHeld {
     pub async fn extend(&self, lease_ms: f64) -> Result<()> {
         let lease = millis("leaseMs", lease_ms)?;
         let guard = self.guard.lock().await;
-        guard.as_ref().ok_or_else(released)?.extend(lease).await.map_err(|e| js_error(&e))
+        guard
+            .as_ref()
+            .ok_or_else(released)?
+            .extend(lease)
+            .await
+            .map_err(|e| js_error(&e))
     }
 
     /// Resolves with the reason when the lock is lost, or with null once it is released.
