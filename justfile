@@ -93,3 +93,12 @@ bench-python iterations="5000":
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
     cargo build --release --quiet -p dlock-bench --bin latency
     $venv/bin/python bench/python/latency.py {{iterations}} target/release/latency
+
+# Node: dlock next to node-redlock, ioredis EVALSHA and the Rust client (release builds).
+bench-node iterations="5000":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
+    (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
+    cargo build --release --quiet -p dlock-bench --bin latency
+    node bench/node/latency.mjs {{iterations}} target/release/latency
