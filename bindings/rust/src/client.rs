@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::redis::{self, LockKeys, LockStatus};
-use dlock_core::{ClientId, Config, Engine, HoldId, Instant, LostReason, OpId};
+use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::Error;
 use crate::driver::{Call, Driver, Granted};
+use crate::machine::MachineFactory;
 use crate::transport::{Backend, Transport};
 
 /// The lease a lock gets when none is set: renewed every 10 s while held, gone 30 s after
@@ -33,11 +34,21 @@ struct Inner {
 }
 
 /// Options for [`Client`]; start with [`Client::builder`].
-#[derive(Debug, Clone)]
 pub struct ClientBuilder {
     url: String,
     waiter_lease: Option<Duration>,
     request_timeout: Option<Duration>,
+    machine: MachineFactory,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("url", &self.url)
+            .field("waiter_lease", &self.waiter_lease)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClientBuilder {
@@ -50,6 +61,13 @@ impl ClientBuilder {
     /// How long a backend request may take before it counts as failed (default 2 s).
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = Some(d);
+        self
+    }
+
+    /// Runs another implementation of the engine, e.g. the Wasm component through
+    /// `dlock_wasmtime` (default: dlock-core's engine, natively).
+    pub fn machine(mut self, factory: MachineFactory) -> Self {
+        self.machine = factory;
         self
     }
 
@@ -68,7 +86,7 @@ impl ClientBuilder {
             config.request_timeout = d;
         }
         let base = tokio::time::Instant::now();
-        let engine = Engine::new(config, Instant::from_nanos(0))?;
+        let engine = (self.machine)(config, Instant::from_nanos(0))?;
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let transport = Transport::connect(&backend, inputs_tx.clone()).await?;
         let (calls, calls_rx) = mpsc::unbounded_channel();
@@ -108,6 +126,7 @@ impl Client {
             url: url.to_owned(),
             waiter_lease: None,
             request_timeout: None,
+            machine: Box::new(crate::machine::native),
         }
     }
 

@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{
-    Acquire, Command, Engine, Event, HoldId, Input, Instant, LostReason, NotAcquired, Notice, OpId,
-    Output, Wait,
+    Acquire, Command, Event, HoldId, Input, Instant, LostReason, NotAcquired, Notice, OpId, Output,
+    Wait,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::Error;
+use crate::machine::{Machine, MachineError};
 use crate::transport::Transport;
 
 /// What the driver hands back for a successful acquire.
@@ -58,7 +59,9 @@ enum Waiter {
 }
 
 pub(crate) struct Driver {
-    engine: Engine,
+    engine: Box<dyn Machine>,
+    /// Set when the engine failed: the driver stops.
+    broken: Option<MachineError>,
     transport: Transport,
     base: tokio::time::Instant,
     calls: mpsc::UnboundedReceiver<Call>,
@@ -71,7 +74,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     pub(crate) fn new(
-        engine: Engine,
+        engine: Box<dyn Machine>,
         transport: Transport,
         base: tokio::time::Instant,
         calls: mpsc::UnboundedReceiver<Call>,
@@ -80,6 +83,7 @@ impl Driver {
     ) -> Self {
         Self {
             engine,
+            broken: None,
             transport,
             base,
             calls,
@@ -98,12 +102,16 @@ impl Driver {
     pub(crate) async fn run(mut self) {
         let mut open = true;
         // Once every handle is gone, finish what is under way (background releases), then stop.
-        while open || !self.waiting.is_empty() {
+        while (open || !self.waiting.is_empty()) && self.broken.is_none() {
             self.drain();
-            let deadline = self
-                .engine
-                .poll_timeout()
-                .map(|t| self.base + Duration::from_nanos(t.as_nanos()));
+            let deadline = self.engine.poll_timeout().unwrap_or_else(|e| {
+                self.broken = Some(e);
+                None
+            });
+            if self.broken.is_some() {
+                break;
+            }
+            let deadline = deadline.map(|t| self.base + Duration::from_nanos(t.as_nanos()));
             tokio::select! {
                 call = self.calls.recv(), if open => match call {
                     Some(call) => self.call(call),
@@ -111,18 +119,52 @@ impl Driver {
                 },
                 Some(input) = self.inputs.recv() => {
                     let now = self.now();
-                    self.engine.handle_input(now, input);
+                    let result = self.engine.handle_input(now, input);
+                    self.check(result);
                 }
                 () = sleep_until(deadline) => {
                     let now = self.now();
-                    self.engine.handle_timeout(now);
+                    let result = self.engine.handle_timeout(now);
+                    self.check(result);
                 }
             }
         }
-        let now = self.now();
-        self.engine.handle_input(now, Input::Notice(Notice::Closed));
-        self.drain();
+        match self.broken.take() {
+            None => {
+                let now = self.now();
+                let result = self.engine.handle_input(now, Input::Notice(Notice::Closed));
+                self.check(result);
+                self.drain();
+            }
+            Some(e) => self.abandon(e),
+        }
         self.transport.close();
+    }
+
+    fn check(&mut self, result: Result<(), MachineError>) {
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the lock engine failed; this client stops");
+            self.broken.get_or_insert(e);
+        }
+    }
+
+    /// The engine failed: everything pending fails, every hold is lost.
+    fn abandon(&mut self, e: MachineError) {
+        for (_, waiter) in std::mem::take(&mut self.waiting) {
+            let error = Error::Machine(e.0.clone());
+            match waiter {
+                Waiter::Acquire(reply) => {
+                    let _ = reply.send(Err(error));
+                }
+                Waiter::Done(Some(reply)) => {
+                    let _ = reply.send(Err(error));
+                }
+                Waiter::Done(None) => {}
+            }
+        }
+        for (_, lost) in std::mem::take(&mut self.lost) {
+            let _ = lost.send(Some(LostReason::Closed));
+        }
     }
 
     fn call(&mut self, call: Call) {
@@ -167,11 +209,20 @@ impl Driver {
             }
             Call::Cancel { op } => Command::Cancel { op },
         };
-        self.engine.handle_input(now, Input::Command(command));
+        let result = self.engine.handle_input(now, Input::Command(command));
+        self.check(result);
     }
 
     fn drain(&mut self) {
-        while let Some(out) = self.engine.poll_output() {
+        loop {
+            let out = match self.engine.poll_output() {
+                Ok(Some(out)) => out,
+                Ok(None) => break,
+                Err(e) => {
+                    self.check(Err(e));
+                    break;
+                }
+            };
             match out {
                 Output::Request(request) => {
                     let reply = self.transport.execute(request.op);

@@ -22,6 +22,8 @@ pub enum Error {
     Closed,
     /// The engine refused the command or the backend failed it.
     Engine(dlock_core::Error),
+    /// A pluggable engine failed (a Wasm trap, a fuel or memory limit); the client stopped.
+    Machine(String),
 }
 
 impl Error {
@@ -73,6 +75,7 @@ impl fmt::Display for Error {
             Error::Lost(reason) => write!(f, "the lock was lost ({})", reason_text(reason)),
             Error::Closed => f.write_str("the client is closed"),
             Error::Engine(e) => e.fmt(f),
+            Error::Machine(why) => write!(f, "the lock engine failed: {why}"),
         }
     }
 }

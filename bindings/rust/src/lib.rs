@@ -25,8 +25,10 @@
 mod client;
 mod driver;
 mod error;
+mod machine;
 mod transport;
 
 pub use client::{Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal};
 pub use dlock_core::redis::LockStatus;
 pub use error::{Error, LostReason};
+pub use machine::{Machine, MachineError, MachineFactory};

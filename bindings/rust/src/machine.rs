@@ -1,0 +1,57 @@
+//! The engine a client runs. By default dlock-core's `Engine`, natively; a host may plug in
+//! another implementation of the same sans-IO contract, such as the engine compiled to a
+//! WebAssembly component (`dlock-wasmtime`).
+
+use dlock_core::{Config, Engine, Input, Instant, Output};
+
+use crate::Error;
+
+/// Why a pluggable engine could not run a call (a trap, a fuel or memory limit). Fatal: the
+/// client stops, failing what was pending and reporting held locks lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineError(pub String);
+
+impl std::fmt::Display for MachineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MachineError {}
+
+/// The sans-IO engine contract of `dlock-core`, with room for engines that can fail.
+pub trait Machine: Send + 'static {
+    fn handle_input(&mut self, now: Instant, input: Input) -> Result<(), MachineError>;
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), MachineError>;
+    fn poll_output(&mut self) -> Result<Option<Output>, MachineError>;
+    fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError>;
+}
+
+impl Machine for Engine {
+    fn handle_input(&mut self, now: Instant, input: Input) -> Result<(), MachineError> {
+        Engine::handle_input(self, now, input);
+        Ok(())
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), MachineError> {
+        Engine::handle_timeout(self, now);
+        Ok(())
+    }
+
+    fn poll_output(&mut self) -> Result<Option<Output>, MachineError> {
+        Ok(Engine::poll_output(self))
+    }
+
+    fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError> {
+        Ok(Engine::poll_timeout(self))
+    }
+}
+
+/// Makes a client's engine from its configuration and start time.
+pub type MachineFactory =
+    Box<dyn FnOnce(Config, Instant) -> Result<Box<dyn Machine>, Error> + Send>;
+
+/// The default: dlock-core's engine, natively.
+pub(crate) fn native(config: Config, now: Instant) -> Result<Box<dyn Machine>, Error> {
+    Ok(Box::new(Engine::new(config, now)?))
+}

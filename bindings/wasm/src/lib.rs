@@ -1,0 +1,275 @@
+//! dlock's engine as a WebAssembly component. It exports the `machine` world of `wit/` and
+//! imports nothing: no network, clock or file. The host feeds inputs and drains outputs
+//! exactly as it would with `dlock_core::Engine`; this crate only translates between the
+//! WIT types and the engine's.
+//!
+//! Build: `cargo build -p dlock-component --target wasm32-unknown-unknown --release`, then
+//! turn the core module into a component (`just wasm` does both and writes
+//! `target/dlock.wasm`).
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use dlock_core as core_;
+use dlock_core::redis::{RedisOp, Script as CoreScript, Value};
+
+/// The generated bindings and ABI glue: the only unsafe code in the crate, none of it written
+/// by hand.
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({ world: "machine", path: "../../wit" });
+
+    use super::Component;
+    export!(Component);
+}
+
+use bindings::exports::dlock::lock::engine::{
+    Config, Guest, GuestMachine, Input, Machine as MachineHandle, Output, Reply,
+};
+use bindings::exports::dlock::lock::transport::{
+    Eval, Message, Notice, RedisNode, RedisOp as WitOp, Request, Script, TransportError,
+};
+use bindings::exports::dlock::lock::types::{
+    Acquired, Command, Error, Event, Extend, Extended, Failed, Lost, LostReason, NotAcquired,
+    Release, Released, Renewed, Wait,
+};
+
+struct Component;
+
+impl Guest for Component {
+    type Machine = Machine;
+
+    fn script_source(script: Script) -> String {
+        core_script(script).source()
+    }
+}
+
+/// One engine instance; the component model hands out `&self`, so it lives in a RefCell.
+struct Machine {
+    engine: RefCell<core_::Engine>,
+}
+
+impl GuestMachine for Machine {
+    fn create(config: Config, now: u64) -> Result<MachineHandle, Error> {
+        let mut c = core_::Config::new(core_::ClientId(
+            (u128::from(config.client_id.0) << 64) | u128::from(config.client_id.1),
+        ));
+        c.waiter_lease = Duration::from_nanos(config.waiter_lease);
+        c.request_timeout = Duration::from_nanos(config.request_timeout);
+        c.max_batch = config.max_batch as usize;
+        let engine = core_::Engine::new(c, core_::Instant::from_nanos(now)).map_err(error)?;
+        Ok(MachineHandle::new(Machine {
+            engine: RefCell::new(engine),
+        }))
+    }
+
+    fn handle_input(&self, now: u64, input: Input) {
+        let input = match input {
+            Input::Command(c) => core_::Input::Command(command(c)),
+            Input::Reply(Reply { id, outcome }) => core_::Input::Reply {
+                id: core_::RequestId(id),
+                reply: match outcome {
+                    Ok(nodes) => value(&nodes),
+                    Err(TransportError::Unavailable(why)) => {
+                        Err(core_::TransportError::Unavailable(why))
+                    }
+                    Err(TransportError::Server(why)) => Err(core_::TransportError::Server(why)),
+                },
+            },
+            Input::Notice(n) => core_::Input::Notice(match n {
+                Notice::Connected => core_::Notice::Connected,
+                Notice::Disconnected => core_::Notice::Disconnected,
+                Notice::Message(Message { channel, payload }) => {
+                    core_::Notice::Message { channel, payload }
+                }
+                Notice::Closed => core_::Notice::Closed,
+            }),
+        };
+        self.engine
+            .borrow_mut()
+            .handle_input(core_::Instant::from_nanos(now), input);
+    }
+
+    fn handle_timeout(&self, now: u64) {
+        self.engine
+            .borrow_mut()
+            .handle_timeout(core_::Instant::from_nanos(now));
+    }
+
+    fn poll_output(&self) -> Option<Output> {
+        Some(match self.engine.borrow_mut().poll_output()? {
+            core_::Output::Request(r) => Output::Request(Request {
+                id: r.id.0,
+                op: op(r.op),
+            }),
+            core_::Output::Event(e) => Output::Event(event(e)),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.engine
+            .borrow()
+            .poll_timeout()
+            .map(core_::Instant::as_nanos)
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn command(c: Command) -> core_::Command {
+    match c {
+        Command::Acquire(a) => core_::Command::Acquire(core_::Acquire {
+            op: core_::OpId(a.op),
+            name: a.name,
+            owner: a.owner,
+            lease: Duration::from_nanos(a.lease),
+            wait: match a.wait {
+                Wait::No => core_::Wait::No,
+                Wait::Until(t) => core_::Wait::Until(core_::Instant::from_nanos(t)),
+                Wait::Forever => core_::Wait::Forever,
+            },
+            max_hold: a.max_hold.map(Duration::from_nanos),
+        }),
+        Command::Release(Release { op, hold }) => core_::Command::Release {
+            op: core_::OpId(op),
+            hold: core_::HoldId(hold),
+        },
+        Command::Extend(Extend { op, hold, lease }) => core_::Command::Extend {
+            op: core_::OpId(op),
+            hold: core_::HoldId(hold),
+            lease: Duration::from_nanos(lease),
+        },
+        Command::Cancel(op) => core_::Command::Cancel {
+            op: core_::OpId(op),
+        },
+    }
+}
+
+/// Rebuilds a reply from its pre-order nodes; a malformed list is a malformed reply.
+fn value(nodes: &[RedisNode]) -> core_::Reply {
+    fn one(nodes: &mut std::slice::Iter<'_, RedisNode>) -> Option<Value> {
+        Some(match nodes.next()? {
+            RedisNode::Nil => Value::Nil,
+            RedisNode::Int(i) => Value::Int(*i),
+            RedisNode::Data(d) => Value::Data(d.clone()),
+            RedisNode::Status(s) => Value::Status(s.clone()),
+            RedisNode::Array(n) => {
+                Value::Array((0..*n).map(|_| one(nodes)).collect::<Option<_>>()?)
+            }
+        })
+    }
+    let mut iter = nodes.iter();
+    match (one(&mut iter), iter.next()) {
+        (Some(v), None) => Ok(v),
+        // Handed to the engine as a value it will reject as malformed.
+        _ => Ok(Value::Status(format!(
+            "malformed node list of {} nodes",
+            nodes.len()
+        ))),
+    }
+}
+
+fn core_script(s: Script) -> CoreScript {
+    match s {
+        Script::Acquire => CoreScript::Acquire,
+        Script::Release => CoreScript::Release,
+        Script::Dequeue => CoreScript::Dequeue,
+        Script::Extend => CoreScript::Extend,
+        Script::Status => CoreScript::Status,
+    }
+}
+
+fn op(op: RedisOp) -> WitOp {
+    match op {
+        RedisOp::Eval { script, keys, args } => WitOp::Eval(Eval {
+            script: match script {
+                CoreScript::Acquire => Script::Acquire,
+                CoreScript::Release => Script::Release,
+                CoreScript::Dequeue => Script::Dequeue,
+                CoreScript::Extend => Script::Extend,
+                CoreScript::Status => Script::Status,
+            },
+            keys,
+            args,
+        }),
+        RedisOp::Subscribe { channel } => WitOp::Subscribe(channel),
+    }
+}
+
+fn event(e: core_::Event) -> Event {
+    match e {
+        core_::Event::Acquired {
+            op,
+            hold,
+            fencing_token,
+            valid_until,
+            count,
+        } => Event::Acquired(Acquired {
+            op: op.0,
+            hold: hold.0,
+            fencing_token,
+            valid_until: valid_until.as_nanos(),
+            count,
+        }),
+        core_::Event::NotAcquired { op, reason } => Event::NotAcquired((
+            op.0,
+            match reason {
+                core_::NotAcquired::Busy => NotAcquired::Busy,
+                core_::NotAcquired::TimedOut => NotAcquired::TimedOut,
+                core_::NotAcquired::Cancelled => NotAcquired::Cancelled,
+            },
+        )),
+        core_::Event::Released { op, hold, count } => Event::Released(Released {
+            op: op.0,
+            hold: hold.0,
+            count,
+        }),
+        core_::Event::Extended {
+            op,
+            hold,
+            valid_until,
+        } => Event::Extended(Extended {
+            op: op.0,
+            hold: hold.0,
+            valid_until: valid_until.as_nanos(),
+        }),
+        core_::Event::Failed { op, error: e } => Event::Failed(Failed {
+            op: op.0,
+            error: error(e),
+        }),
+        core_::Event::Renewed { hold, valid_until } => Event::Renewed(Renewed {
+            hold: hold.0,
+            valid_until: valid_until.as_nanos(),
+        }),
+        core_::Event::Lost { hold, reason } => Event::Lost(Lost {
+            hold: hold.0,
+            reason: match reason {
+                core_::LostReason::Expired => LostReason::Expired,
+                core_::LostReason::NotOwner => LostReason::NotOwner,
+                core_::LostReason::MaxHold => LostReason::MaxHold,
+                core_::LostReason::Closed => LostReason::Closed,
+            },
+        }),
+    }
+}
+
+fn error(e: core_::Error) -> Error {
+    use core_::Error as E;
+    match e {
+        E::EmptyName => Error::EmptyName,
+        E::NameTooLong { len } => Error::NameTooLong(u32::try_from(len).unwrap_or(u32::MAX)),
+        E::InvalidLease { lease } => Error::InvalidLease(nanos(lease)),
+        E::DuplicateOp { op } => Error::DuplicateOp(op.0),
+        E::NotHeld { hold } => Error::NotHeld(hold.0),
+        E::AlreadyWaiting { op } => Error::AlreadyWaiting(op.0),
+        E::Closed => Error::Closed,
+        E::Unavailable(why) => Error::Unavailable(why),
+        E::Timeout => Error::Timeout,
+        E::Backend(why) => Error::Backend(why),
+        E::MalformedReply(why) => Error::MalformedReply(why),
+        E::LockLost { hold } => Error::LockLost(hold.0),
+        other => Error::Backend(other.to_string()),
+    }
+}
