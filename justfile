@@ -20,6 +20,7 @@ dlock *args:
 test: setup
     just core-is-sans-io
     cargo build -p dlock-core --target wasm32-wasip2
+    just wasm
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace --no-fail-fast -- --skip simulation
     just python-test
@@ -59,6 +60,11 @@ node-test:
     npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20
     node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
+
+# The engine as a WebAssembly component with no imports: target/dlock.wasm.
+wasm:
+    cargo build --quiet -p dlock-component --target wasm32-unknown-unknown --release
+    cargo run --quiet -p dlock-componentize -- target/wasm32-unknown-unknown/release/dlock_component.wasm target/dlock.wasm
 
 # Install the toolchain pieces and services the tests need.
 setup:

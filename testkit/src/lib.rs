@@ -268,3 +268,12 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The engine's WebAssembly component: `$DLOCK_WASM`, or `target/dlock.wasm` in the
+/// workspace (`just wasm` builds it).
+pub fn wasm_component() -> PathBuf {
+    match std::env::var_os("DLOCK_WASM") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/dlock.wasm"),
+    }
+}

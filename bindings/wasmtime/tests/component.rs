@@ -1,0 +1,157 @@
+//! The component: no imports, the same outputs as the native engine for the same inputs, and
+//! limits that become typed errors.
+
+use std::time::Duration;
+
+use dlock::Machine;
+use dlock_core::redis::RedisOp;
+use dlock_core::redis::reference::Store;
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, HoldId, Input, Instant, Notice, OpId, Output, Wait,
+};
+use dlock_wasmtime::WasmComponent;
+
+fn component() -> WasmComponent {
+    let path = dlock_testkit::wasm_component();
+    WasmComponent::from_file(&path).unwrap_or_else(|e| panic!("{e} (build it with `just wasm`)"))
+}
+
+#[test]
+fn the_component_imports_nothing() {
+    let c = component();
+    assert_eq!(c.imports(), Vec::<String>::new());
+    let size = std::fs::metadata(dlock_testkit::wasm_component()).unwrap().len();
+    println!("dlock.wasm: {size} bytes, imports: none");
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// A native engine and a Wasm engine fed the very same inputs.
+struct Twin {
+    native: Engine,
+    wasm: dlock_wasmtime::WasmMachine,
+    holds: Vec<HoldId>,
+    next_op: u64,
+}
+
+impl Twin {
+    fn feed(&mut self, now: Instant, input: Input) {
+        self.native.handle_input(now, input.clone());
+        self.wasm.handle_input(now, input).expect("wasm handle_input");
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.native.handle_timeout(now);
+        self.wasm.handle_timeout(now).expect("wasm handle_timeout");
+    }
+
+    /// Drains both; they must agree output for output.
+    fn drain(&mut self, steps: &mut u64) -> Vec<Output> {
+        let mut outs = Vec::new();
+        loop {
+            let (n, w) = (self.native.poll_output(), self.wasm.poll_output().expect("wasm poll_output"));
+            assert_eq!(n, w, "native and Wasm engines differ after {steps} steps");
+            let Some(out) = n else { break };
+            *steps += 1;
+            outs.push(out);
+        }
+        let (n, w) = (self.native.poll_timeout(), self.wasm.poll_timeout().expect("wasm poll_timeout"));
+        assert_eq!(n, w, "poll_timeout differs");
+        outs
+    }
+}
+
+#[test]
+fn native_and_wasm_engines_give_identical_outputs() {
+    let component = component();
+    let mut store = Store::new();
+    let mut rng = Rng(7);
+    let mut now = Instant::from_nanos(1_000_000);
+    let mut twins: Vec<Twin> = (0..3)
+        .map(|i| {
+            let mut config = Config::new(ClientId(0x5eed_0000 + i));
+            config.waiter_lease = Duration::from_millis(300);
+            Twin {
+                native: Engine::new(config.clone(), now).unwrap(),
+                wasm: component.start(config, now).unwrap(),
+                holds: Vec::new(),
+                next_op: 1,
+            }
+        })
+        .collect();
+    let mut steps = 0;
+    let names = ["a", "b{c}"];
+    for _ in 0..3000 {
+        now = now + Duration::from_millis(rng.below(40));
+        let c = rng.below(3) as usize;
+        let t = &mut twins[c];
+        t.tick(now);
+        let op = OpId(t.next_op);
+        t.next_op += 1;
+        let cmd = match rng.below(10) {
+            0..=4 => Command::Acquire(Acquire {
+                op,
+                name: names[rng.below(2) as usize].into(),
+                owner: rng.below(2),
+                lease: Duration::from_millis([0, 50, 500][rng.below(3) as usize]),
+                wait: [Wait::No, Wait::Forever, Wait::Until(now + Duration::from_millis(200))][rng.below(3) as usize],
+                max_hold: None,
+            }),
+            5..=7 if !t.holds.is_empty() => Command::Release { op, hold: t.holds.remove(rng.below(t.holds.len() as u64) as usize) },
+            8 if !t.holds.is_empty() => Command::Extend { op, hold: t.holds[0], lease: Duration::from_millis(400) },
+            _ => Command::Cancel { op: OpId(op.0.saturating_sub(1 + rng.below(3))) },
+        };
+        t.feed(now, Input::Command(cmd));
+        // Serve every request at once; wake-ups go to whoever subscribed.
+        let mut pending: Vec<(usize, Output)> = twins.iter_mut().enumerate().flat_map(|(i, t)| t.drain(&mut steps).into_iter().map(move |o| (i, o))).collect();
+        while let Some((i, out)) = pending.pop() {
+            match out {
+                Output::Request(r) => {
+                    let reply = match r.op {
+                        RedisOp::Subscribe { .. } => Ok(dlock_core::redis::Value::Status("OK".into())),
+                        RedisOp::Eval { script, keys, args } => {
+                            let outcome = store.eval(1_764_000_000_000 + now.as_nanos() / 1_000_000, script, &keys, &args).unwrap();
+                            for (channel, payload) in outcome.published {
+                                let to = twins.iter().position(|t| t.native.wake_channel() == channel).unwrap();
+                                twins[to].feed(now, Input::Notice(Notice::Message { channel, payload }));
+                                pending.extend(twins[to].drain(&mut steps).into_iter().map(|o| (to, o)));
+                            }
+                            Ok(outcome.reply)
+                        }
+                    };
+                    twins[i].feed(now, Input::Reply { id: r.id, reply });
+                    pending.extend(twins[i].drain(&mut steps).into_iter().map(|o| (i, o)));
+                }
+                Output::Event(dlock_core::Event::Acquired { hold, .. }) => twins[i].holds.push(hold),
+                Output::Event(dlock_core::Event::Lost { hold, .. }) => twins[i].holds.retain(|h| *h != hold),
+                Output::Event(_) => {}
+            }
+        }
+    }
+    assert!(steps > 4000, "only {steps} outputs compared");
+    println!("native and Wasm engines agreed on {steps} outputs");
+}
+
+#[test]
+fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
+    let component = component();
+    let mut machine = component.start(Config::new(ClientId(1)), Instant::from_nanos(0)).unwrap();
+    // A reply of two million items is more than one call's fuel and memory allow.
+    let big = dlock_core::redis::Value::Array(vec![dlock_core::redis::Value::Data(vec![b'x'; 16]); 2_000_000]);
+    let result = machine.handle_input(Instant::from_nanos(1), Input::Reply { id: dlock_core::RequestId(1), reply: Ok(big) });
+    let err = result.expect_err("a 2-million-item reply exceeds the per-call fuel or memory limit");
+    assert!(err.0.contains("trapped"), "{err}");
+    // The engine is unusable afterwards, but the host is fine and can start another.
+    let mut fresh = component.start(Config::new(ClientId(2)), Instant::from_nanos(0)).unwrap();
+    assert!(matches!(fresh.poll_output(), Ok(Some(Output::Request(_)))));
+}
