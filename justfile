@@ -23,6 +23,7 @@ test: setup
     just wasm
     cargo clippy --workspace --all-targets -- -D warnings
     cargo test --workspace --no-fail-fast -- --skip simulation
+    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis
     just python-test
     just node-test
     cargo test -p dlock-core --test simulation -- --nocapture
@@ -85,7 +86,7 @@ simulate seeds="2000":
     DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture
 
 # Uncontended acquire+release next to raw PING/EVALSHA round trips, one run (release build).
-bench-latency iterations="5000":
+bench-latency iterations="5000": wasm
     cargo run --release --quiet -p dlock-bench --bin latency -- {{iterations}}
 
 # Python: dlock's `with client.lock(...)` next to redis-py's Lock, EVALSHA and the Rust client (release builds).
@@ -97,6 +98,7 @@ bench-python iterations="5000":
     $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis
     $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
+    just wasm
     cargo build --release --quiet -p dlock-bench --bin latency
     $venv/bin/python bench/python/latency.py {{iterations}} target/release/latency
 
@@ -106,5 +108,6 @@ bench-node iterations="5000":
     set -euo pipefail
     (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
     (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
+    just wasm
     cargo build --release --quiet -p dlock-bench --bin latency
     node bench/node/latency.mjs {{iterations}} target/release/latency

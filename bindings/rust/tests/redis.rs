@@ -1,4 +1,6 @@
 //! The Rust client against a real redis-server, started by each test on a free loopback port.
+//! With `DLOCK_TEST_ENGINE=wasm` every client runs the engine from its WebAssembly component
+//! (`dlock-wasmtime`) instead of natively: the same tests, the other engine.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,6 +12,28 @@ use dlock_testkit::RedisServer;
 use redis::AsyncCommands;
 
 const MS: Duration = Duration::from_millis(1);
+
+/// A client builder running the engine natively, or from dlock.wasm under `DLOCK_TEST_ENGINE=wasm`.
+fn builder(url: &str) -> dlock::ClientBuilder {
+    let builder = Client::builder(url);
+    match std::env::var("DLOCK_TEST_ENGINE").as_deref() {
+        Ok("wasm") => {
+            static COMPONENT: std::sync::OnceLock<dlock_wasmtime::WasmComponent> =
+                std::sync::OnceLock::new();
+            let component = COMPONENT.get_or_init(|| {
+                dlock_wasmtime::WasmComponent::from_file(dlock_testkit::wasm_component())
+                    .expect("dlock.wasm (just wasm)")
+            });
+            builder.machine(component.factory())
+        }
+        Ok("native") | Err(_) => builder,
+        Ok(other) => panic!("DLOCK_TEST_ENGINE={other}: use native or wasm"),
+    }
+}
+
+async fn connect(url: &str) -> Result<Client, Error> {
+    builder(url).connect().await
+}
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(server.url()).expect("url");
@@ -43,7 +67,7 @@ async fn mutual_exclusion_across_clients_and_tasks() {
     let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for _ in 0..4 {
-        let client = Client::connect(&server.url()).await.expect("connect");
+        let client = connect(&server.url()).await.expect("connect");
         for _ in 0..4 {
             let (client, inside, counter, tokens) = (
                 client.clone(),
@@ -84,7 +108,7 @@ async fn mutual_exclusion_across_clients_and_tasks() {
 #[tokio::test]
 async fn reentrant_acquires_share_a_tenure() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let outer = client.lock("job").owner(7).acquire().await.unwrap();
     let inner = client.lock("job").owner(7).acquire().await.unwrap();
     assert_eq!(inner.fencing_token(), outer.fencing_token());
@@ -108,8 +132,8 @@ async fn reentrant_acquires_share_a_tenure() {
 #[tokio::test]
 async fn try_acquire_and_wait_timeout() {
     let server = RedisServer::start();
-    let a = Client::connect(&server.url()).await.unwrap();
-    let b = Client::connect(&server.url()).await.unwrap();
+    let a = connect(&server.url()).await.unwrap();
+    let b = connect(&server.url()).await.unwrap();
     let held = a.lock("x").acquire().await.unwrap();
     assert!(b.lock("x").try_acquire().await.unwrap().is_none());
     let err = b.lock("x").wait(200 * MS).acquire().await.unwrap_err();
@@ -127,12 +151,12 @@ async fn try_acquire_and_wait_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_first_come_first_served() {
     let server = RedisServer::start();
-    let holder = Client::connect(&server.url()).await.unwrap();
+    let holder = connect(&server.url()).await.unwrap();
     let held = holder.lock("fifo").acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..5 {
-        let client = Client::connect(&server.url()).await.unwrap();
+        let client = connect(&server.url()).await.unwrap();
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
             let guard = client.lock("fifo").acquire().await.unwrap();
@@ -154,7 +178,7 @@ async fn waiters_are_served_first_come_first_served() {
 #[tokio::test]
 async fn the_watchdog_keeps_a_long_holder() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client.lock("long").lease(300 * MS).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost());
@@ -166,7 +190,7 @@ async fn the_watchdog_keeps_a_long_holder() {
             .is_some_and(|t| t > Duration::ZERO && t <= 300 * MS),
         "{status:?}"
     );
-    let other = Client::connect(&server.url()).await.unwrap();
+    let other = connect(&server.url()).await.unwrap();
     assert!(other.lock("long").try_acquire().await.unwrap().is_none());
     guard.release().await.unwrap();
 }
@@ -174,6 +198,11 @@ async fn the_watchdog_keeps_a_long_holder() {
 #[tokio::test]
 async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
     let server = RedisServer::start();
+    let client = builder(&server.url())
+        .waiter_lease(300 * MS)
+        .connect()
+        .await
+        .unwrap();
     let mut con = raw(&server).await;
     // A client takes the lock and dies: nobody renews it.
     let keys = LockKeys::new("abandoned");
@@ -186,13 +215,8 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
         protocol::Mode::Try,
         Duration::from_secs(3),
     );
-    run_script(&mut con, op).await;
-    let client = Client::builder(&server.url())
-        .waiter_lease(300 * MS)
-        .connect()
-        .await
-        .unwrap();
     let started = std::time::Instant::now();
+    run_script(&mut con, op).await;
     let guard = client
         .lock("abandoned")
         .wait(Duration::from_secs(5))
@@ -210,7 +234,7 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
 #[tokio::test]
 async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client
         .lock("fragile")
         .lease(600 * MS)
@@ -231,7 +255,7 @@ async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
 #[tokio::test]
 async fn lost_fires_when_redis_restarts_and_the_client_recovers() {
     let mut server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client.lock("r").lease(600 * MS).acquire().await.unwrap();
     server.restart();
     let reason = tokio::time::timeout(Duration::from_secs(3), guard.lost())
@@ -254,7 +278,7 @@ async fn fencing_tokens_increase_across_clients_and_client_restarts() {
     let server = RedisServer::start();
     let mut last = 0;
     for _ in 0..3 {
-        let client = Client::connect(&server.url()).await.unwrap();
+        let client = connect(&server.url()).await.unwrap();
         for _ in 0..3 {
             let guard = client.lock("fenced").acquire().await.unwrap();
             assert!(guard.fencing_token() > last);
@@ -269,7 +293,7 @@ async fn fencing_tokens_increase_across_clients_and_client_restarts() {
 #[tokio::test]
 async fn release_and_extend_by_a_non_owner_change_nothing() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client.lock("mine").acquire().await.unwrap();
     let mut con = raw(&server).await;
     let keys = LockKeys::new("mine");
@@ -291,7 +315,7 @@ async fn release_and_extend_by_a_non_owner_change_nothing() {
 #[tokio::test]
 async fn bad_input_gets_a_typed_error_and_sends_nothing() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let long = "n".repeat(1025);
     let cases: Vec<(&str, Duration, Option<Duration>)> = vec![
         ("", Duration::from_secs(1), None),
@@ -323,7 +347,7 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
         "memory://a b",
         "redis://h:99999",
     ] {
-        let err = Client::connect(url).await.unwrap_err();
+        let err = connect(url).await.unwrap_err();
         assert!(
             matches!(err, Error::InvalidUrl(_) | Error::Unsupported(_)),
             "{url:?}: {err:?}"
@@ -332,15 +356,12 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
     }
     for url in ["zk://127.0.0.1:2181", "redlock://127.0.0.1:1,127.0.0.1:2"] {
         assert!(
-            matches!(
-                Client::connect(url).await.unwrap_err(),
-                Error::Unsupported(_)
-            ),
+            matches!(connect(url).await.unwrap_err(), Error::Unsupported(_)),
             "{url}"
         );
     }
     let closed = format!("redis://127.0.0.1:{}", dlock_testkit::free_port());
-    let err = Client::connect(&closed).await.unwrap_err();
+    let err = connect(&closed).await.unwrap_err();
     assert!(
         matches!(err, Error::Connect(_)) && err.is_backend(),
         "{err:?}"
@@ -353,20 +374,17 @@ async fn auth_with_an_acl_user() {
         "--user", "alice", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off",
     ]);
     let url = format!("redis://alice:s3cret@127.0.0.1:{}", server.port());
-    let client = Client::connect(&url).await.expect("alice may connect");
+    let client = connect(&url).await.expect("alice may connect");
     let guard = client.lock("acl").acquire().await.unwrap();
     assert_eq!(guard.fencing_token(), 1);
     guard.release().await.unwrap();
     let wrong = format!("redis://alice:nope@127.0.0.1:{}", server.port());
     assert!(matches!(
-        Client::connect(&wrong).await.unwrap_err(),
+        connect(&wrong).await.unwrap_err(),
         Error::Connect(_)
     ));
     assert!(
-        matches!(
-            Client::connect(&server.url()).await.unwrap_err(),
-            Error::Connect(_)
-        ),
+        matches!(connect(&server.url()).await.unwrap_err(), Error::Connect(_)),
         "default user is off"
     );
 }
@@ -374,8 +392,8 @@ async fn auth_with_an_acl_user() {
 #[tokio::test]
 async fn dropping_a_waiting_acquire_leaves_the_queue_and_dropping_a_guard_releases() {
     let server = RedisServer::start();
-    let a = Client::connect(&server.url()).await.unwrap();
-    let b = Client::connect(&server.url()).await.unwrap();
+    let a = connect(&server.url()).await.unwrap();
+    let b = connect(&server.url()).await.unwrap();
     let held = a.lock("d").acquire().await.unwrap();
     let waiting = tokio::time::timeout(100 * MS, b.lock("d").acquire()).await;
     assert!(waiting.is_err(), "still waiting when dropped");
@@ -396,7 +414,7 @@ async fn dropping_a_waiting_acquire_leaves_the_queue_and_dropping_a_guard_releas
 #[tokio::test]
 async fn max_hold_bounds_the_watchdog() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client
         .lock("bounded")
         .lease(200 * MS)
@@ -419,7 +437,7 @@ async fn max_hold_bounds_the_watchdog() {
 #[tokio::test]
 async fn extend_raises_the_lease() {
     let server = RedisServer::start();
-    let client = Client::connect(&server.url()).await.unwrap();
+    let client = connect(&server.url()).await.unwrap();
     let guard = client
         .lock("e")
         .lease(Duration::from_secs(1))
@@ -437,8 +455,8 @@ async fn extend_raises_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_memory_backend_has_the_same_semantics_in_process() {
     let url = "memory://rust-tests";
-    let a = Client::connect(url).await.unwrap();
-    let b = Client::connect(url).await.unwrap();
+    let a = connect(url).await.unwrap();
+    let b = connect(url).await.unwrap();
     let first = a.lock("m").acquire().await.unwrap();
     assert!(b.lock("m").try_acquire().await.unwrap().is_none());
     let waiter =

@@ -27,7 +27,9 @@ mod bindings {
 }
 
 use bindings::exports::dlock::lock::engine::{Config as WitConfig, Input, Output, Reply};
-use bindings::exports::dlock::lock::transport::{Message, Notice, RedisNode, RedisOp as WitOp, Script, TransportError};
+use bindings::exports::dlock::lock::transport::{
+    Message, Notice, RedisNode, RedisOp as WitOp, Script, TransportError,
+};
 use bindings::exports::dlock::lock::types::{
     Acquire, Command, Error as WitError, Event, Extend, LostReason, NotAcquired, Release, Wait,
 };
@@ -63,14 +65,17 @@ pub struct WasmComponent {
 
 impl std::fmt::Debug for WasmComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmComponent").field("imports", &self.imports()).finish_non_exhaustive()
+        f.debug_struct("WasmComponent")
+            .field("imports", &self.imports())
+            .finish_non_exhaustive()
     }
 }
 
 impl WasmComponent {
     /// Compiles `dlock.wasm`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, WasmError> {
-        let bytes = std::fs::read(path.as_ref()).map_err(|e| WasmError(format!("reading {}: {e}", path.as_ref().display())))?;
+        let bytes = std::fs::read(path.as_ref())
+            .map_err(|e| WasmError(format!("reading {}: {e}", path.as_ref().display())))?;
         Self::from_bytes(&bytes)
     }
 
@@ -81,22 +86,39 @@ impl WasmComponent {
         let component = Component::new(&engine, bytes).map_err(fail("compiling the component"))?;
         // The machine world imports nothing: an empty linker is all it gets.
         let linker = Arc::new(Linker::new(&engine));
-        Ok(Self { engine, component, linker })
+        Ok(Self {
+            engine,
+            component,
+            linker,
+        })
     }
 
     /// The component's imports: none, for dlock.wasm.
     pub fn imports(&self) -> Vec<String> {
-        self.component.component_type().imports(&self.engine).map(|(name, _)| name.to_owned()).collect()
+        self.component
+            .component_type()
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect()
     }
 
     /// Starts one engine (what `dlock_core::Engine::new` does natively).
-    pub fn start(&self, config: dlock_core::Config, now: dlock_core::Instant) -> Result<WasmMachine, WasmError> {
-        let limits = StoreLimitsBuilder::new().memory_size(MEMORY_LIMIT).instances(16).build();
+    pub fn start(
+        &self,
+        config: dlock_core::Config,
+        now: dlock_core::Instant,
+    ) -> Result<WasmMachine, WasmError> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(MEMORY_LIMIT)
+            .instances(16)
+            .build();
         let mut store = Store::new(&self.engine, limits);
         store.limiter(|limits| limits);
-        store.set_fuel(FUEL_PER_CALL).map_err(fail("setting fuel"))?;
-        let instance =
-            bindings::Machine::instantiate(&mut store, &self.component, &self.linker).map_err(fail("instantiating"))?;
+        store
+            .set_fuel(FUEL_PER_CALL)
+            .map_err(fail("setting fuel"))?;
+        let instance = bindings::Machine::instantiate(&mut store, &self.component, &self.linker)
+            .map_err(fail("instantiating"))?;
         let wit = WitConfig {
             client_id: ((config.client_id.0 >> 64) as u64, config.client_id.0 as u64),
             waiter_lease: nanos(config.waiter_lease),
@@ -109,14 +131,20 @@ impl WasmComponent {
             .call_create(&mut store, wit, now.as_nanos())
             .map_err(fail("creating the engine"))?
             .map_err(|e| WasmError(format!("the engine refused its configuration: {e:?}")))?;
-        Ok(WasmMachine { store, instance, handle })
+        Ok(WasmMachine {
+            store,
+            instance,
+            handle,
+        })
     }
 
     /// A factory for [`dlock::ClientBuilder::machine`].
     pub fn factory(&self) -> MachineFactory {
         let component = self.clone();
         Box::new(move |config, now| {
-            let machine = component.start(config, now).map_err(|e| dlock::Error::Machine(e.0))?;
+            let machine = component
+                .start(config, now)
+                .map_err(|e| dlock::Error::Machine(e.0))?;
             Ok(Box::new(machine) as Box<dyn Machine>)
         })
     }
@@ -139,19 +167,32 @@ impl WasmMachine {
     /// Refills the fuel budget for one call and turns a trap into a typed error.
     fn call<T>(
         &mut self,
-        f: impl FnOnce(&bindings::exports::dlock::lock::engine::GuestMachine, &mut Store<StoreLimits>, ResourceAny) -> wasmtime::Result<T>,
+        f: impl FnOnce(
+            &bindings::exports::dlock::lock::engine::GuestMachine,
+            &mut Store<StoreLimits>,
+            ResourceAny,
+        ) -> wasmtime::Result<T>,
     ) -> Result<T, MachineError> {
-        self.store.set_fuel(FUEL_PER_CALL).map_err(|e| MachineError(format!("setting fuel: {e:#}")))?;
+        self.store
+            .set_fuel(FUEL_PER_CALL)
+            .map_err(|e| MachineError(format!("setting fuel: {e:#}")))?;
         let guest = self.instance.dlock_lock_engine().machine();
         f(&guest, &mut self.store, self.handle).map_err(|e| {
-            let trap = e.downcast_ref::<wasmtime::Trap>().map(|t| format!(" ({t})")).unwrap_or_default();
+            let trap = e
+                .downcast_ref::<wasmtime::Trap>()
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default();
             MachineError(format!("the Wasm engine trapped{trap}: {e:#}"))
         })
     }
 }
 
 impl Machine for WasmMachine {
-    fn handle_input(&mut self, now: dlock_core::Instant, input: dlock_core::Input) -> Result<(), MachineError> {
+    fn handle_input(
+        &mut self,
+        now: dlock_core::Instant,
+        input: dlock_core::Input,
+    ) -> Result<(), MachineError> {
         let input = to_wit(input);
         self.call(|g, store, h| g.call_handle_input(store, h, now.as_nanos(), &input))
     }
@@ -161,11 +202,15 @@ impl Machine for WasmMachine {
     }
 
     fn poll_output(&mut self) -> Result<Option<dlock_core::Output>, MachineError> {
-        Ok(self.call(|g, store, h| g.call_poll_output(store, h))?.map(from_wit))
+        Ok(self
+            .call(|g, store, h| g.call_poll_output(store, h))?
+            .map(from_wit))
     }
 
     fn poll_timeout(&mut self) -> Result<Option<dlock_core::Instant>, MachineError> {
-        Ok(self.call(|g, store, h| g.call_poll_timeout(store, h))?.map(dlock_core::Instant::from_nanos))
+        Ok(self
+            .call(|g, store, h| g.call_poll_timeout(store, h))?
+            .map(dlock_core::Instant::from_nanos))
     }
 }
 
@@ -190,10 +235,15 @@ fn to_wit(input: dlock_core::Input) -> Input {
                 },
                 max_hold: a.max_hold.map(nanos),
             }),
-            dlock_core::Command::Release { op, hold } => Command::Release(Release { op: op.0, hold: hold.0 }),
-            dlock_core::Command::Extend { op, hold, lease } => {
-                Command::Extend(Extend { op: op.0, hold: hold.0, lease: nanos(lease) })
-            }
+            dlock_core::Command::Release { op, hold } => Command::Release(Release {
+                op: op.0,
+                hold: hold.0,
+            }),
+            dlock_core::Command::Extend { op, hold, lease } => Command::Extend(Extend {
+                op: op.0,
+                hold: hold.0,
+                lease: nanos(lease),
+            }),
             dlock_core::Command::Cancel { op } => Command::Cancel(op.0),
         }),
         dlock_core::Input::Reply { id, reply } => Input::Reply(Reply {
@@ -204,7 +254,9 @@ fn to_wit(input: dlock_core::Input) -> Input {
                     flatten(value, &mut nodes);
                     Ok(nodes)
                 }
-                Err(dlock_core::TransportError::Unavailable(why)) => Err(TransportError::Unavailable(why)),
+                Err(dlock_core::TransportError::Unavailable(why)) => {
+                    Err(TransportError::Unavailable(why))
+                }
                 Err(dlock_core::TransportError::Server(why)) => Err(TransportError::Server(why)),
                 Err(other) => Err(TransportError::Unavailable(format!("{other:?}"))),
             },
@@ -212,7 +264,9 @@ fn to_wit(input: dlock_core::Input) -> Input {
         dlock_core::Input::Notice(n) => Input::Notice(match n {
             dlock_core::Notice::Connected => Notice::Connected,
             dlock_core::Notice::Disconnected => Notice::Disconnected,
-            dlock_core::Notice::Message { channel, payload } => Notice::Message(Message { channel, payload }),
+            dlock_core::Notice::Message { channel, payload } => {
+                Notice::Message(Message { channel, payload })
+            }
             dlock_core::Notice::Closed => Notice::Closed,
         }),
     }
@@ -226,7 +280,9 @@ fn flatten(value: Value, nodes: &mut Vec<RedisNode>) {
         Value::Data(d) => nodes.push(RedisNode::Data(d)),
         Value::Status(s) => nodes.push(RedisNode::Status(s)),
         Value::Array(items) => {
-            nodes.push(RedisNode::Array(u32::try_from(items.len()).unwrap_or(u32::MAX)));
+            nodes.push(RedisNode::Array(
+                u32::try_from(items.len()).unwrap_or(u32::MAX),
+            ));
             for item in items {
                 flatten(item, nodes);
             }
@@ -272,13 +328,20 @@ fn from_wit(output: Output) -> dlock_core::Output {
                     NotAcquired::Cancelled => dlock_core::NotAcquired::Cancelled,
                 },
             },
-            Event::Released(r) => dlock_core::Event::Released { op: OpId(r.op), hold: HoldId(r.hold), count: r.count },
+            Event::Released(r) => dlock_core::Event::Released {
+                op: OpId(r.op),
+                hold: HoldId(r.hold),
+                count: r.count,
+            },
             Event::Extended(x) => dlock_core::Event::Extended {
                 op: OpId(x.op),
                 hold: HoldId(x.hold),
                 valid_until: dlock_core::Instant::from_nanos(x.valid_until),
             },
-            Event::Failed(f) => dlock_core::Event::Failed { op: OpId(f.op), error: error(f.error) },
+            Event::Failed(f) => dlock_core::Event::Failed {
+                op: OpId(f.op),
+                error: error(f.error),
+            },
             Event::Renewed(r) => dlock_core::Event::Renewed {
                 hold: HoldId(r.hold),
                 valid_until: dlock_core::Instant::from_nanos(r.valid_until),
@@ -301,7 +364,9 @@ fn error(e: WitError) -> dlock_core::Error {
     match e {
         WitError::EmptyName => E::EmptyName,
         WitError::NameTooLong(len) => E::NameTooLong { len: len as usize },
-        WitError::InvalidLease(lease) => E::InvalidLease { lease: Duration::from_nanos(lease) },
+        WitError::InvalidLease(lease) => E::InvalidLease {
+            lease: Duration::from_nanos(lease),
+        },
         WitError::DuplicateOp(op) => E::DuplicateOp { op: OpId(op) },
         WitError::NotHeld(hold) => E::NotHeld { hold: HoldId(hold) },
         WitError::AlreadyWaiting(op) => E::AlreadyWaiting { op: OpId(op) },

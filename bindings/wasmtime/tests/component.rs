@@ -20,7 +20,9 @@ fn component() -> WasmComponent {
 fn the_component_imports_nothing() {
     let c = component();
     assert_eq!(c.imports(), Vec::<String>::new());
-    let size = std::fs::metadata(dlock_testkit::wasm_component()).unwrap().len();
+    let size = std::fs::metadata(dlock_testkit::wasm_component())
+        .unwrap()
+        .len();
     println!("dlock.wasm: {size} bytes, imports: none");
 }
 
@@ -47,7 +49,9 @@ struct Twin {
 impl Twin {
     fn feed(&mut self, now: Instant, input: Input) {
         self.native.handle_input(now, input.clone());
-        self.wasm.handle_input(now, input).expect("wasm handle_input");
+        self.wasm
+            .handle_input(now, input)
+            .expect("wasm handle_input");
     }
 
     fn tick(&mut self, now: Instant) {
@@ -59,13 +63,19 @@ impl Twin {
     fn drain(&mut self, steps: &mut u64) -> Vec<Output> {
         let mut outs = Vec::new();
         loop {
-            let (n, w) = (self.native.poll_output(), self.wasm.poll_output().expect("wasm poll_output"));
+            let (n, w) = (
+                self.native.poll_output(),
+                self.wasm.poll_output().expect("wasm poll_output"),
+            );
             assert_eq!(n, w, "native and Wasm engines differ after {steps} steps");
             let Some(out) = n else { break };
             *steps += 1;
             outs.push(out);
         }
-        let (n, w) = (self.native.poll_timeout(), self.wasm.poll_timeout().expect("wasm poll_timeout"));
+        let (n, w) = (
+            self.native.poll_timeout(),
+            self.wasm.poll_timeout().expect("wasm poll_timeout"),
+        );
         assert_eq!(n, w, "poll_timeout differs");
         outs
     }
@@ -104,27 +114,59 @@ fn native_and_wasm_engines_give_identical_outputs() {
                 name: names[rng.below(2) as usize].into(),
                 owner: rng.below(2),
                 lease: Duration::from_millis([0, 50, 500][rng.below(3) as usize]),
-                wait: [Wait::No, Wait::Forever, Wait::Until(now + Duration::from_millis(200))][rng.below(3) as usize],
+                wait: [
+                    Wait::No,
+                    Wait::Forever,
+                    Wait::Until(now + Duration::from_millis(200)),
+                ][rng.below(3) as usize],
                 max_hold: None,
             }),
-            5..=7 if !t.holds.is_empty() => Command::Release { op, hold: t.holds.remove(rng.below(t.holds.len() as u64) as usize) },
-            8 if !t.holds.is_empty() => Command::Extend { op, hold: t.holds[0], lease: Duration::from_millis(400) },
-            _ => Command::Cancel { op: OpId(op.0.saturating_sub(1 + rng.below(3))) },
+            5..=7 if !t.holds.is_empty() => Command::Release {
+                op,
+                hold: t.holds.remove(rng.below(t.holds.len() as u64) as usize),
+            },
+            8 if !t.holds.is_empty() => Command::Extend {
+                op,
+                hold: t.holds[0],
+                lease: Duration::from_millis(400),
+            },
+            _ => Command::Cancel {
+                op: OpId(op.0.saturating_sub(1 + rng.below(3))),
+            },
         };
         t.feed(now, Input::Command(cmd));
         // Serve every request at once; wake-ups go to whoever subscribed.
-        let mut pending: Vec<(usize, Output)> = twins.iter_mut().enumerate().flat_map(|(i, t)| t.drain(&mut steps).into_iter().map(move |o| (i, o))).collect();
+        let mut pending: Vec<(usize, Output)> = twins
+            .iter_mut()
+            .enumerate()
+            .flat_map(|(i, t)| t.drain(&mut steps).into_iter().map(move |o| (i, o)))
+            .collect();
         while let Some((i, out)) = pending.pop() {
             match out {
                 Output::Request(r) => {
                     let reply = match r.op {
-                        RedisOp::Subscribe { .. } => Ok(dlock_core::redis::Value::Status("OK".into())),
+                        RedisOp::Subscribe { .. } => {
+                            Ok(dlock_core::redis::Value::Status("OK".into()))
+                        }
                         RedisOp::Eval { script, keys, args } => {
-                            let outcome = store.eval(1_764_000_000_000 + now.as_nanos() / 1_000_000, script, &keys, &args).unwrap();
+                            let outcome = store
+                                .eval(
+                                    1_764_000_000_000 + now.as_nanos() / 1_000_000,
+                                    script,
+                                    &keys,
+                                    &args,
+                                )
+                                .unwrap();
                             for (channel, payload) in outcome.published {
-                                let to = twins.iter().position(|t| t.native.wake_channel() == channel).unwrap();
-                                twins[to].feed(now, Input::Notice(Notice::Message { channel, payload }));
-                                pending.extend(twins[to].drain(&mut steps).into_iter().map(|o| (to, o)));
+                                let to = twins
+                                    .iter()
+                                    .position(|t| t.native.wake_channel() == channel)
+                                    .unwrap();
+                                twins[to]
+                                    .feed(now, Input::Notice(Notice::Message { channel, payload }));
+                                pending.extend(
+                                    twins[to].drain(&mut steps).into_iter().map(|o| (to, o)),
+                                );
                             }
                             Ok(outcome.reply)
                         }
@@ -132,8 +174,12 @@ fn native_and_wasm_engines_give_identical_outputs() {
                     twins[i].feed(now, Input::Reply { id: r.id, reply });
                     pending.extend(twins[i].drain(&mut steps).into_iter().map(|o| (i, o)));
                 }
-                Output::Event(dlock_core::Event::Acquired { hold, .. }) => twins[i].holds.push(hold),
-                Output::Event(dlock_core::Event::Lost { hold, .. }) => twins[i].holds.retain(|h| *h != hold),
+                Output::Event(dlock_core::Event::Acquired { hold, .. }) => {
+                    twins[i].holds.push(hold)
+                }
+                Output::Event(dlock_core::Event::Lost { hold, .. }) => {
+                    twins[i].holds.retain(|h| *h != hold)
+                }
                 Output::Event(_) => {}
             }
         }
@@ -145,13 +191,26 @@ fn native_and_wasm_engines_give_identical_outputs() {
 #[test]
 fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
     let component = component();
-    let mut machine = component.start(Config::new(ClientId(1)), Instant::from_nanos(0)).unwrap();
+    let mut machine = component
+        .start(Config::new(ClientId(1)), Instant::from_nanos(0))
+        .unwrap();
     // A reply of two million items is more than one call's fuel and memory allow.
-    let big = dlock_core::redis::Value::Array(vec![dlock_core::redis::Value::Data(vec![b'x'; 16]); 2_000_000]);
-    let result = machine.handle_input(Instant::from_nanos(1), Input::Reply { id: dlock_core::RequestId(1), reply: Ok(big) });
+    let big = dlock_core::redis::Value::Array(vec![
+        dlock_core::redis::Value::Data(vec![b'x'; 16]);
+        2_000_000
+    ]);
+    let result = machine.handle_input(
+        Instant::from_nanos(1),
+        Input::Reply {
+            id: dlock_core::RequestId(1),
+            reply: Ok(big),
+        },
+    );
     let err = result.expect_err("a 2-million-item reply exceeds the per-call fuel or memory limit");
     assert!(err.0.contains("trapped"), "{err}");
     // The engine is unusable afterwards, but the host is fine and can start another.
-    let mut fresh = component.start(Config::new(ClientId(2)), Instant::from_nanos(0)).unwrap();
+    let mut fresh = component
+        .start(Config::new(ClientId(2)), Instant::from_nanos(0))
+        .unwrap();
     assert!(matches!(fresh.poll_output(), Ok(Some(Output::Request(_)))));
 }
