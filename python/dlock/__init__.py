@@ -14,12 +14,13 @@ Durations are seconds (floats). See :mod:`dlock.aio` for asyncio.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Optional, Tuple, Type
 
-from ._dlock import DEFAULT_LEASE, NativeClient, NativeHeld, new_owner
+from ._dlock import DEFAULT_LEASE, NativeClient, NativeHeld, _shutdown, new_owner
 from .errors import BackendError, DlockError, InvalidArgument, LockLost, LockTimeout, NotHeld
 
 __all__ = [
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 OnLost = Callable[["Held", str], None]
+
+# Runtime threads must be out of Python before the interpreter finalizes.
+atexit.register(_shutdown)
 
 
 def _redact(url: str) -> str:

@@ -2,13 +2,14 @@
 
 from typing import Any, Callable, Optional, final
 
-__all__ = ["DEFAULT_LEASE", "NativeClient", "NativeHeld", "Task", "new_owner"]
+__all__ = ["DEFAULT_LEASE", "NativeClient", "NativeHeld", "Task", "_shutdown", "new_owner"]
 
 DEFAULT_LEASE: float
 
 _Callback = Callable[[bool, Any], None]
 
 def new_owner() -> int: ...
+def _shutdown() -> None: ...
 
 @final
 class Task:

@@ -4,7 +4,7 @@
 //! `python/dlock/`.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -99,6 +99,25 @@ fn block_on<T: Send + 'static>(py: Python<'_>, fut: impl Future<Output = T> + Se
     })
 }
 
+/// Set at interpreter exit: runtime threads must not enter Python any more.
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+/// Runtime threads inside Python right now (calling a callback).
+static IN_PYTHON: AtomicUsize = AtomicUsize::new(0);
+
+/// Registered with `atexit` by `dlock/__init__.py`: from now on callbacks are dropped, and
+/// the ones under way finish before the interpreter goes (a runtime thread still inside
+/// Python during finalization would abort the process).
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    FINALIZING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        while IN_PYTHON.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
 /// Runs `fut` on the runtime and calls `callback(ok, value)` with its outcome from a runtime
 /// thread (asyncio passes `loop.call_soon_threadsafe`-based callbacks).
 fn spawn<T, F>(callback: Py<PyAny>, fut: F) -> PyResult<Task>
@@ -108,6 +127,14 @@ where
 {
     let handle = runtime()?.spawn(async move {
         let out = fut.await;
+        // Counted before the check, so that _shutdown either sees us or we see it.
+        IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+        if FINALIZING.load(Ordering::SeqCst) {
+            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+            std::mem::forget(callback); // no GIL to drop it with
+            std::mem::forget(out);
+            return;
+        }
         Python::attach(|py| {
             let called = match out {
                 Ok(value) => value
@@ -118,7 +145,9 @@ where
             if let Err(e) = called {
                 e.write_unraisable(py, None);
             }
+            drop(callback);
         });
+        IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
     });
     Ok(Task {
         handle: handle.abort_handle(),
@@ -463,6 +492,7 @@ fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeHeld>()?;
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(new_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     m.add("DEFAULT_LEASE", dlock::DEFAULT_LEASE.as_secs_f64())?;
     Ok(())
 }
