@@ -132,6 +132,18 @@ pub enum LostReason {
     Closed,
 }
 
+impl LostReason {
+    /// The reason's stable name in every host: `expired`, `not-owner`, `max-hold`, `closed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::NotOwner => "not-owner",
+            LostReason::MaxHold => "max-hold",
+            LostReason::Closed => "closed",
+        }
+    }
+}
+
 /// News for the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {

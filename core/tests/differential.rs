@@ -17,19 +17,7 @@ use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, Value};
-use dlock_testkit::RedisServer;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
-}
+use dlock_testkit::{RedisServer, Rng};
 
 fn convert(v: resp::Value) -> Value {
     match v {

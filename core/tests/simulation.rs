@@ -26,6 +26,7 @@ use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, OpId,
     Output, Request, Wait,
 };
+use dlock_testkit::Rng;
 
 const MS: u64 = 1_000_000;
 /// Server wall clock at the start (ms since 1970), as a real server would report it.
@@ -33,31 +34,6 @@ const SERVER_EPOCH_MS: u64 = 1_764_000_000_000;
 const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
 const STEPS_PER_SEED: u64 = 5_000;
 const DRAIN_LIMIT: u64 = 120_000 * MS;
-
-/// SplitMix64: small, fast, and the same on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Msg {
@@ -258,7 +234,7 @@ impl World {
     }
 
     fn start_client(&mut self, c: usize) {
-        let id = ClientId(u128::from(self.rng.next()) << 64 | u128::from(self.rng.next()));
+        let id = ClientId(u128::from(self.rng.next_u64()) << 64 | u128::from(self.rng.next_u64()));
         let mut config = Config::new(id);
         config.waiter_lease = Duration::from_millis(*self.rng.pick(&[50, 300, 1000]));
         config.request_timeout = Duration::from_millis(*self.rng.pick(&[100, 500, 2000]));

@@ -232,15 +232,6 @@ impl NativeHeld {
     }
 }
 
-fn reason_name(reason: &dlock::LostReason) -> &'static str {
-    match reason {
-        dlock::LostReason::Expired => "expired",
-        dlock::LostReason::NotOwner => "not-owner",
-        dlock::LostReason::MaxHold => "max-hold",
-        dlock::LostReason::Closed => "closed",
-    }
-}
-
 fn released() -> Error {
     coded("DLOCK_NOT_HELD", "this lock was already released")
 }
@@ -260,7 +251,7 @@ impl NativeHeld {
     /// `"expired"`, `"not-owner"`, `"max-hold"` or `"closed"` once lost, else null.
     #[napi(getter)]
     pub fn lost_reason(&self) -> Option<String> {
-        self.lost.reason().map(|r| reason_name(&r).to_owned())
+        self.lost.reason().map(|r| r.as_str().to_owned())
     }
 
     /// True while this object holds the lock (not released, not lost).
@@ -290,6 +281,6 @@ impl NativeHeld {
     /// Resolves with the reason when the lock is lost, or with null once it is released.
     #[napi]
     pub async fn wait_lost(&self) -> Result<Option<String>> {
-        Ok(self.lost.wait().await.map(|r| reason_name(&r).to_owned()))
+        Ok(self.lost.wait().await.map(|r| r.as_str().to_owned()))
     }
 }

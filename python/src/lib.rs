@@ -385,9 +385,7 @@ impl NativeHeld {
             let taken = guard.lock().await.take();
             match taken {
                 Some(g) => g.release().await,
-                None => Err(dlock::Error::Engine(dlock_core::Error::NotHeld {
-                    hold: dlock_core::HoldId(0),
-                })),
+                None => Err(released()),
             }
         }
     }
@@ -400,9 +398,7 @@ impl NativeHeld {
         async move {
             match guard.lock().await.as_ref() {
                 Some(g) => g.extend(lease).await,
-                None => Err(dlock::Error::Engine(dlock_core::Error::NotHeld {
-                    hold: dlock_core::HoldId(0),
-                })),
+                None => Err(released()),
             }
         }
     }
@@ -418,18 +414,16 @@ impl NativeHeld {
                 Some(t) => tokio::time::timeout(t, wait).await.ok().flatten(),
                 None => wait.await,
             };
-            Ok(reason.map(|r| reason_name(&r).to_owned()))
+            Ok(reason.map(|r| r.as_str().to_owned()))
         }
     }
 }
 
-fn reason_name(reason: &dlock::LostReason) -> &'static str {
-    match reason {
-        dlock::LostReason::Expired => "expired",
-        dlock::LostReason::NotOwner => "not-owner",
-        dlock::LostReason::MaxHold => "max-hold",
-        dlock::LostReason::Closed => "closed",
-    }
+/// What releasing or extending an already released `Held` gets.
+fn released() -> dlock::Error {
+    dlock::Error::Engine(dlock_core::Error::NotHeld {
+        hold: dlock_core::HoldId(0),
+    })
 }
 
 #[pymethods]
@@ -447,7 +441,7 @@ impl NativeHeld {
     /// Why the lock was lost (`"expired"`, `"not-owner"`, `"max-hold"`, `"closed"`), or None.
     #[getter]
     fn lost_reason(&self) -> Option<&'static str> {
-        self.lost.reason().map(|r| reason_name(&r))
+        self.lost.reason().map(|r| r.as_str())
     }
 
     fn release(&self, py: Python<'_>) -> PyResult<()> {

@@ -58,6 +58,21 @@ enum Waiter {
     Done(Option<oneshot::Sender<Result<(), Error>>>),
 }
 
+impl Waiter {
+    /// Ends the call with `error` (a background release has nobody to tell).
+    fn fail(self, error: Error) {
+        match self {
+            Waiter::Acquire(reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Waiter::Done(Some(reply)) => {
+                let _ = reply.send(Err(error));
+            }
+            Waiter::Done(None) => {}
+        }
+    }
+}
+
 pub(crate) struct Driver {
     engine: Box<dyn Machine>,
     /// Set when the engine failed: the driver stops.
@@ -151,16 +166,7 @@ impl Driver {
     /// The engine failed: everything pending fails, every hold is lost.
     fn abandon(&mut self, e: MachineError) {
         for (_, waiter) in std::mem::take(&mut self.waiting) {
-            let error = Error::Machine(e.0.clone());
-            match waiter {
-                Waiter::Acquire(reply) => {
-                    let _ = reply.send(Err(error));
-                }
-                Waiter::Done(Some(reply)) => {
-                    let _ = reply.send(Err(error));
-                }
-                Waiter::Done(None) => {}
-            }
+            waiter.fail(Error::Machine(e.0.clone()));
         }
         for (_, lost) in std::mem::take(&mut self.lost) {
             let _ = lost.send(Some(LostReason::Closed));
@@ -293,16 +299,7 @@ impl Driver {
             }
             (Event::Failed { error, .. }, Some(waiter)) => {
                 tracing::debug!(%error, "command failed");
-                let error = Error::from(error);
-                match waiter {
-                    Waiter::Acquire(reply) => {
-                        let _ = reply.send(Err(error));
-                    }
-                    Waiter::Done(Some(reply)) => {
-                        let _ = reply.send(Err(error));
-                    }
-                    Waiter::Done(None) => {}
-                }
+                waiter.fail(Error::from(error));
             }
             (Event::Renewed { hold, .. }, _) => tracing::trace!(hold = hold.0, "renewed"),
             (Event::Lost { hold, reason }, _) => {

@@ -9,6 +9,7 @@ use dlock_core::redis::reference::Store;
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, HoldId, Input, Instant, Notice, OpId, Output, Wait,
 };
+use dlock_testkit::Rng;
 use dlock_wasmtime::WasmComponent;
 
 fn component() -> WasmComponent {
@@ -24,18 +25,6 @@ fn the_component_imports_nothing() {
         .unwrap()
         .len();
     println!("dlock.wasm: {size} bytes, imports: none");
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n
-    }
 }
 
 /// A native engine and a Wasm engine fed the very same inputs.
