@@ -127,13 +127,7 @@ impl NativeClient {
             lock = lock.max_hold(m);
         }
         let wait = optional_millis("waitMs", wait_ms)?;
-        let acquire = async move {
-            match wait {
-                Some(w) if w.is_zero() => lock.try_acquire().await,
-                Some(w) => lock.wait(w).acquire().await.map(Some),
-                None => lock.acquire().await.map(Some),
-            }
-        };
+        let acquire = lock.acquire_within(wait);
         let guard = match cancel_id {
             None => acquire.await,
             Some(id) => {
@@ -154,7 +148,9 @@ impl NativeClient {
                 out
             }
         };
-        Ok(guard.map_err(|e| js_error(&e))?.map(NativeHeld::new))
+        Ok(guard
+            .map_err(|e| js_error(&e))?
+            .map(|g| NativeHeld { held: g.into() }))
     }
 
     /// Stops the acquire started with this cancel id (it then resolves with null).
@@ -215,72 +211,55 @@ impl NativeClient {
 #[napi]
 #[derive(Debug)]
 pub struct NativeHeld {
-    guard: Arc<tokio::sync::Mutex<Option<dlock::Guard>>>,
-    lost: dlock::LostSignal,
-    name: String,
-    fencing_token: u64,
-}
-
-impl NativeHeld {
-    fn new(guard: dlock::Guard) -> Self {
-        NativeHeld {
-            lost: guard.lost_signal(),
-            name: guard.name().to_owned(),
-            fencing_token: guard.fencing_token(),
-            guard: Arc::new(tokio::sync::Mutex::new(Some(guard))),
-        }
-    }
-}
-
-fn released() -> Error {
-    coded("DLOCK_NOT_HELD", "this lock was already released")
+    held: dlock::SharedGuard,
 }
 
 #[napi]
 impl NativeHeld {
     #[napi(getter)]
     pub fn name(&self) -> String {
-        self.name.clone()
+        self.held.name().to_owned()
     }
 
     #[napi(getter)]
     pub fn fencing_token(&self) -> BigInt {
-        BigInt::from(self.fencing_token)
+        BigInt::from(self.held.fencing_token())
     }
 
     /// `"expired"`, `"not-owner"`, `"max-hold"` or `"closed"` once lost, else null.
     #[napi(getter)]
     pub fn lost_reason(&self) -> Option<String> {
-        self.lost.reason().map(|r| r.as_str().to_owned())
+        self.held
+            .lost_signal()
+            .reason()
+            .map(|r| r.as_str().to_owned())
     }
 
     /// True while this object holds the lock (not released, not lost).
     #[napi(getter)]
     pub fn held(&self) -> bool {
-        self.lost.reason().is_none() && self.guard.try_lock().map(|g| g.is_some()).unwrap_or(true)
+        self.held.is_held()
     }
 
     #[napi]
     pub async fn release(&self) -> Result<()> {
-        let guard = self.guard.lock().await.take().ok_or_else(released)?;
-        guard.release().await.map_err(|e| js_error(&e))
+        self.held.release().await.map_err(|e| js_error(&e))
     }
 
     #[napi]
     pub async fn extend(&self, lease_ms: f64) -> Result<()> {
         let lease = millis("leaseMs", lease_ms)?;
-        let guard = self.guard.lock().await;
-        guard
-            .as_ref()
-            .ok_or_else(released)?
-            .extend(lease)
-            .await
-            .map_err(|e| js_error(&e))
+        self.held.extend(lease).await.map_err(|e| js_error(&e))
     }
 
     /// Resolves with the reason when the lock is lost, or with null once it is released.
     #[napi]
     pub async fn wait_lost(&self) -> Result<Option<String>> {
-        Ok(self.lost.wait().await.map(|r| r.as_str().to_owned()))
+        Ok(self
+            .held
+            .lost_signal()
+            .wait()
+            .await
+            .map(|r| r.as_str().to_owned()))
     }
 }

@@ -250,12 +250,8 @@ impl Spec {
     }
 
     async fn run(self) -> Result<Option<NativeHeld>, dlock::Error> {
-        let guard = match self.wait {
-            Some(w) if w.is_zero() => self.lock.try_acquire().await?,
-            Some(w) => Some(self.lock.wait(w).acquire().await?),
-            None => Some(self.lock.acquire().await?),
-        };
-        Ok(guard.map(NativeHeld::new))
+        let guard = self.lock.acquire_within(self.wait).await?;
+        Ok(guard.map(|g| NativeHeld { held: g.into() }))
     }
 }
 
@@ -363,51 +359,15 @@ impl NativeClient {
 /// A held lock. Safe to use from any thread; released once.
 #[pyclass(frozen, module = "dlock._dlock")]
 struct NativeHeld {
-    guard: Arc<tokio::sync::Mutex<Option<dlock::Guard>>>,
-    lost: dlock::LostSignal,
-    name: String,
-    fencing_token: u64,
+    held: dlock::SharedGuard,
 }
 
 impl NativeHeld {
-    fn new(guard: dlock::Guard) -> Self {
-        NativeHeld {
-            lost: guard.lost_signal(),
-            name: guard.name().to_owned(),
-            fencing_token: guard.fencing_token(),
-            guard: Arc::new(tokio::sync::Mutex::new(Some(guard))),
-        }
-    }
-
-    fn release_future(&self) -> impl Future<Output = Result<(), dlock::Error>> + Send + 'static {
-        let guard = self.guard.clone();
-        async move {
-            let taken = guard.lock().await.take();
-            match taken {
-                Some(g) => g.release().await,
-                None => Err(released()),
-            }
-        }
-    }
-
-    fn extend_future(
-        &self,
-        lease: Duration,
-    ) -> impl Future<Output = Result<(), dlock::Error>> + Send + 'static {
-        let guard = self.guard.clone();
-        async move {
-            match guard.lock().await.as_ref() {
-                Some(g) => g.extend(lease).await,
-                None => Err(released()),
-            }
-        }
-    }
-
     fn lost_future(
         &self,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<Option<String>, dlock::Error>> + Send + 'static {
-        let lost = self.lost.clone();
+        let lost = self.held.lost_signal().clone();
         async move {
             let wait = lost.wait();
             let reason = match timeout {
@@ -419,47 +379,42 @@ impl NativeHeld {
     }
 }
 
-/// What releasing or extending an already released `Held` gets.
-fn released() -> dlock::Error {
-    dlock::Error::Engine(dlock_core::Error::NotHeld {
-        hold: dlock_core::HoldId(0),
-    })
-}
-
 #[pymethods]
 impl NativeHeld {
     #[getter]
     fn name(&self) -> &str {
-        &self.name
+        self.held.name()
     }
 
     #[getter]
     fn fencing_token(&self) -> u64 {
-        self.fencing_token
+        self.held.fencing_token()
     }
 
     /// Why the lock was lost (`"expired"`, `"not-owner"`, `"max-hold"`, `"closed"`), or None.
     #[getter]
     fn lost_reason(&self) -> Option<&'static str> {
-        self.lost.reason().map(|r| r.as_str())
+        self.held.lost_signal().reason().map(|r| r.as_str())
     }
 
     fn release(&self, py: Python<'_>) -> PyResult<()> {
-        block_on(py, self.release_future())?.map_err(|e| to_py(py, &e))
+        let held = self.held.clone();
+        block_on(py, async move { held.release().await })?.map_err(|e| to_py(py, &e))
     }
 
     fn release_async(&self, callback: Py<PyAny>) -> PyResult<Task> {
-        spawn(callback, self.release_future())
+        let held = self.held.clone();
+        spawn(callback, async move { held.release().await })
     }
 
     fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<()> {
-        let lease = seconds(py, "lease", lease)?;
-        block_on(py, self.extend_future(lease))?.map_err(|e| to_py(py, &e))
+        let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
+        block_on(py, async move { held.extend(lease).await })?.map_err(|e| to_py(py, &e))
     }
 
     fn extend_async(&self, py: Python<'_>, lease: f64, callback: Py<PyAny>) -> PyResult<Task> {
-        let lease = seconds(py, "lease", lease)?;
-        spawn(callback, self.extend_future(lease))
+        let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
+        spawn(callback, async move { held.extend(lease).await })
     }
 
     /// Blocks until the lock is lost (its reason), released or `timeout` passes (None).
@@ -476,7 +431,7 @@ impl NativeHeld {
     /// True while this object still holds the lock (not released, not lost).
     #[getter]
     fn held(&self) -> bool {
-        self.lost.reason().is_none() && self.guard.try_lock().map(|g| g.is_some()).unwrap_or(true)
+        self.held.is_held()
     }
 }
 

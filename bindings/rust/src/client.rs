@@ -210,15 +210,17 @@ impl LockBuilder {
     /// Waits for the lock (up to [`wait`](Self::wait)). Dropping the future leaves the queue.
     pub async fn acquire(self) -> Result<Guard, Error> {
         let wait = self.wait;
-        self.run(wait).await?.ok_or(Error::WaitTimedOut)
+        self.acquire_within(wait).await?.ok_or(Error::WaitTimedOut)
     }
 
     /// Takes the lock if it is free now; `None` if someone holds it or waits for it.
     pub async fn try_acquire(self) -> Result<Option<Guard>, Error> {
-        self.run(Some(Duration::ZERO)).await
+        self.acquire_within(Some(Duration::ZERO)).await
     }
 
-    async fn run(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
+    /// Acquires waiting up to `wait` (`None`: as long as it takes; zero: try once, `None` if
+    /// busy). This overrides [`wait`](Self::wait); it is how bindings pass a wait through.
+    pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
         let span = tracing::debug_span!("acquire", lock = %self.name);
         async move {
             let client = self.client;
@@ -348,6 +350,64 @@ impl Guard {
             reply: Some(reply),
         })?;
         done.instrument(span).await.map_err(|_| Error::Closed)?
+    }
+}
+
+/// A held lock that many threads or tasks may share and that is released once: what the
+/// Python and Node bindings hand out. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SharedGuard {
+    guard: Arc<tokio::sync::Mutex<Option<Guard>>>,
+    hold: HoldId,
+    lost: LostSignal,
+    name: Arc<str>,
+    fencing_token: u64,
+}
+
+impl From<Guard> for SharedGuard {
+    fn from(guard: Guard) -> Self {
+        SharedGuard {
+            hold: guard.hold,
+            lost: guard.lost_signal(),
+            name: guard.name().into(),
+            fencing_token: guard.fencing_token(),
+            guard: Arc::new(tokio::sync::Mutex::new(Some(guard))),
+        }
+    }
+}
+
+impl SharedGuard {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    pub fn lost_signal(&self) -> &LostSignal {
+        &self.lost
+    }
+
+    /// True while held: not released, not lost.
+    pub fn is_held(&self) -> bool {
+        self.lost.reason().is_none() && self.guard.try_lock().map(|g| g.is_some()).unwrap_or(true)
+    }
+
+    /// Releases the lock; a second release fails with [`dlock_core::Error::NotHeld`].
+    pub async fn release(&self) -> Result<(), Error> {
+        let taken = self.guard.lock().await.take();
+        taken.ok_or(self.released())?.release().await
+    }
+
+    /// Renews now with `lease`; see [`Guard::extend`].
+    pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        let guard = self.guard.lock().await;
+        guard.as_ref().ok_or(self.released())?.extend(lease).await
+    }
+
+    fn released(&self) -> Error {
+        Error::Engine(dlock_core::Error::NotHeld { hold: self.hold })
     }
 }
 

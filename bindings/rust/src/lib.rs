@@ -28,7 +28,9 @@ mod error;
 mod machine;
 mod transport;
 
-pub use client::{Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal};
+pub use client::{
+    Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, SharedGuard,
+};
 pub use dlock_core::redis::LockStatus;
 pub use error::{Error, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};
