@@ -179,7 +179,7 @@ fn reference_store_matches_redis_server() {
     let tokens: Vec<String> = (0..6)
         .map(|i| redis::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
         .collect();
-    let mut ops = 0;
+    let (mut ops, mut interrupted) = (0, 0);
     for seed in 1..=8 {
         let mut rng = Rng(seed);
         let mut store = Store::new();
@@ -202,6 +202,12 @@ fn reference_store_matches_redis_server() {
                     .expect("script runs on redis-server"),
             );
             let (dumped, real_keys) = dump_real(&mut con);
+            if dumped >= at + TICK_MS / 2 {
+                // This machine stalled us for half a tick: an expiry may have fallen between
+                // the call and the comparison. Give up this sequence rather than guess.
+                interrupted += 1;
+                break;
+            }
             let reference = store
                 .eval(at, script, &keys, &args)
                 .expect("script runs on the reference store")
@@ -230,5 +236,11 @@ fn reference_store_matches_redis_server() {
             ops += 1;
         }
     }
-    println!("reference store matched redis-server on {ops} script calls");
+    println!(
+        "reference store matched redis-server on {ops} script calls ({interrupted} of 8 sequences cut short by a stall)"
+    );
+    assert!(
+        interrupted <= 4 && ops >= 500,
+        "too little compared: {ops} calls, {interrupted} sequences cut short"
+    );
 }
