@@ -57,6 +57,7 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
         "[method]machine.handle-input",
         "[method]machine.handle-timeout",
         "[method]machine.poll-output",
+        "[method]machine.drain",
         "[method]machine.poll-timeout",
         "script-source",
     ] {

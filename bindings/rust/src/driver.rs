@@ -220,15 +220,11 @@ impl Driver {
     }
 
     fn drain(&mut self) {
-        loop {
-            let out = match self.engine.poll_output() {
-                Ok(Some(out)) => out,
-                Ok(None) => break,
-                Err(e) => {
-                    self.check(Err(e));
-                    break;
-                }
-            };
+        let outputs = match self.engine.drain() {
+            Ok(outputs) => outputs,
+            Err(e) => return self.check(Err(e)),
+        };
+        for out in outputs {
             match out {
                 Output::Request(request) => {
                     let reply = self.transport.execute(request.op);

@@ -23,7 +23,8 @@ impl std::error::Error for MachineError {}
 pub trait Machine: Send + 'static {
     fn handle_input(&mut self, now: Instant, input: Input) -> Result<(), MachineError>;
     fn handle_timeout(&mut self, now: Instant) -> Result<(), MachineError>;
-    fn poll_output(&mut self) -> Result<Option<Output>, MachineError>;
+    /// Every pending output (`poll_output` until `None`).
+    fn drain(&mut self) -> Result<Vec<Output>, MachineError>;
     fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError>;
 }
 
@@ -38,8 +39,8 @@ impl Machine for Engine {
         Ok(())
     }
 
-    fn poll_output(&mut self) -> Result<Option<Output>, MachineError> {
-        Ok(Engine::poll_output(self))
+    fn drain(&mut self) -> Result<Vec<Output>, MachineError> {
+        Ok(std::iter::from_fn(|| Engine::poll_output(self)).collect())
     }
 
     fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError> {

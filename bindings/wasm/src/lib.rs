@@ -106,6 +106,10 @@ impl GuestMachine for Machine {
         })
     }
 
+    fn drain(&self) -> Vec<Output> {
+        std::iter::from_fn(|| self.poll_output()).collect()
+    }
+
     fn poll_timeout(&self) -> Option<u64> {
         self.engine
             .borrow()

@@ -201,10 +201,12 @@ impl Machine for WasmMachine {
         self.call(|g, store, h| g.call_handle_timeout(store, h, now.as_nanos()))
     }
 
-    fn poll_output(&mut self) -> Result<Option<dlock_core::Output>, MachineError> {
+    fn drain(&mut self) -> Result<Vec<dlock_core::Output>, MachineError> {
         Ok(self
-            .call(|g, store, h| g.call_poll_output(store, h))?
-            .map(from_wit))
+            .call(|g, store, h| g.call_drain(store, h))?
+            .into_iter()
+            .map(from_wit)
+            .collect())
     }
 
     fn poll_timeout(&mut self) -> Result<Option<dlock_core::Instant>, MachineError> {

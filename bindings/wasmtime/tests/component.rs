@@ -50,17 +50,13 @@ impl Twin {
 
     /// Drains both; they must agree output for output.
     fn drain(&mut self, steps: &mut u64) -> Vec<Output> {
-        let mut outs = Vec::new();
-        loop {
-            let (n, w) = (
-                self.native.poll_output(),
-                self.wasm.poll_output().expect("wasm poll_output"),
-            );
-            assert_eq!(n, w, "native and Wasm engines differ after {steps} steps");
-            let Some(out) = n else { break };
-            *steps += 1;
-            outs.push(out);
-        }
+        let outs: Vec<Output> = std::iter::from_fn(|| self.native.poll_output()).collect();
+        let wasm = self.wasm.drain().expect("wasm drain");
+        assert_eq!(
+            outs, wasm,
+            "native and Wasm engines differ after {steps} outputs"
+        );
+        *steps += outs.len() as u64;
         let (n, w) = (
             self.native.poll_timeout(),
             self.wasm.poll_timeout().expect("wasm poll_timeout"),
@@ -201,5 +197,5 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
     let mut fresh = component
         .start(Config::new(ClientId(2)), Instant::from_nanos(0))
         .unwrap();
-    assert!(matches!(fresh.poll_output(), Ok(Some(Output::Request(_)))));
+    assert!(matches!(fresh.drain().as_deref(), Ok([Output::Request(_)])));
 }
