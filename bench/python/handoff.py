@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 HOLD = 0.001
 OUTSIDE = 0.001
@@ -46,60 +46,44 @@ def worker(lib: str, port: int, seconds: float, start_at: float, out: "multiproc
     giveups = 0
     timeline: Timeline = []
     r = redis.Redis(port=port)
+    # Each library as acquire() -> a release function, or None when the wait ran out.
+    acquire: Callable[[], Optional[Callable[[], object]]]
     if lib == "dlock":
         import dlock
 
         lock = dlock.connect(url).lock(name, lease=10.0, wait=WAIT)
-
-        def cycle() -> bool:
-            held = lock.acquire()
-            t = time.monotonic()
-            time.sleep(HOLD)
-            timeline.append((t, time.monotonic()))
-            held.release()
-            return True
-
+        acquire = lambda: lock.acquire().release  # noqa: E731
     elif lib == "redis-py Lock":
 
-        def cycle() -> bool:
+        def acquire() -> Optional[Callable[[], object]]:
             lock = r.lock(name, timeout=10)
-            if not lock.acquire(blocking=True, blocking_timeout=WAIT):
-                return False
-            t = time.monotonic()
-            time.sleep(HOLD)
-            timeline.append((t, time.monotonic()))
-            lock.release()
-            return True
+            return lock.release if lock.acquire(blocking=True, blocking_timeout=WAIT) else None
 
     elif lib == "python-redis-lock":
         import redis_lock
 
-        def cycle() -> bool:
+        def acquire() -> Optional[Callable[[], object]]:
             lock = redis_lock.Lock(r, name, expire=10)
-            if not lock.acquire(blocking=True, timeout=WAIT):
-                return False
-            t = time.monotonic()
-            time.sleep(HOLD)
-            timeline.append((t, time.monotonic()))
-            lock.release()
-            return True
+            return lock.release if lock.acquire(blocking=True, timeout=WAIT) else None
 
     elif lib == "pottery Redlock":
         from pottery import Redlock
 
-        lock = Redlock(key=name, masters={r}, auto_release_time=10)
-
-        def cycle() -> bool:
-            if not lock.acquire(blocking=True, timeout=WAIT):
-                return False
-            t = time.monotonic()
-            time.sleep(HOLD)
-            timeline.append((t, time.monotonic()))
-            lock.release()
-            return True
-
+        redlock = Redlock(key=name, masters={r}, auto_release_time=10)
+        acquire = lambda: redlock.release if redlock.acquire(blocking=True, timeout=WAIT) else None  # noqa: E731
     else:
         raise ValueError(lib)
+
+    def cycle() -> bool:
+        release = acquire()
+        if release is None:
+            return False
+        t = time.monotonic()
+        time.sleep(HOLD)
+        timeline.append((t, time.monotonic()))
+        release()
+        return True
+
     while time.monotonic() < start_at:
         time.sleep(0.001)
     deadline = start_at + seconds

@@ -88,6 +88,63 @@ def connect(url: str, *, waiter_lease: Optional[float] = None, request_timeout: 
     return Client(native, url)
 
 
+class _LockOptions:
+    """What ``Lock`` and ``dlock.aio.AsyncLock`` share: the name and its options."""
+
+    _KIND = "dlock.Lock"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        lease: float,
+        wait: Optional[float],
+        max_hold: Optional[float],
+    ) -> None:
+        self.name = name
+        self.lease = lease
+        self.wait = wait
+        self.max_hold = max_hold
+
+    def __repr__(self) -> str:
+        return f"<{self._KIND} {self.name!r} lease={self.lease}s wait={self.wait}>"
+
+
+class _HeldState:
+    """What ``Held`` and ``dlock.aio.AsyncHeld`` share: the read-only state of a held lock."""
+
+    _KIND = "dlock.Held"
+
+    def __init__(self, native: NativeHeld) -> None:
+        self._native = native
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def fencing_token(self) -> int:
+        """Larger than every earlier holder's token of this lock: pass it to the resource
+        you protect and have it refuse smaller ones."""
+        return self._native.fencing_token
+
+    @property
+    def is_lost(self) -> bool:
+        return self._native.lost_reason is not None
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """``"expired"``, ``"not-owner"``, ``"max-hold"`` or ``"closed"`` once lost."""
+        return self._native.lost_reason
+
+    def __repr__(self) -> str:
+        if self.lost_reason is not None:
+            state = f"lost ({self.lost_reason})"
+        else:
+            state = "held" if self._native.held else "released"
+        return f"<{self._KIND} {self.name!r} fencing_token={self.fencing_token} {state}>"
+
+
 class Client:
     """A connection to one lock backend, safe to share between threads."""
 
@@ -134,7 +191,7 @@ class Client:
         return f"<dlock.Client {_redact(self._url)} {state}>"
 
 
-class Lock:
+class Lock(_LockOptions):
     """One lock name with its options. Acquiring the same ``Lock`` again from the same thread
     while it holds is reentrant (same fencing token, one more release needed); other threads
     and other ``Lock`` objects contend normally."""
@@ -149,11 +206,8 @@ class Lock:
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
     ) -> None:
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold)
         self.client = client
-        self.name = name
-        self.lease = lease
-        self.wait = wait
-        self.max_hold = max_hold
         self.on_lost = on_lost
         self._local = threading.local()
 
@@ -195,15 +249,11 @@ class Lock:
     ) -> None:
         self._held_stack().pop()._exit(exc)
 
-    def __repr__(self) -> str:
-        return f"<dlock.Lock {self.name!r} lease={self.lease}s wait={self.wait}>"
-
-
-class Held:
+class Held(_HeldState):
     """A held lock. Release it once (or leave its ``with`` block); safe to use from any thread."""
 
     def __init__(self, native: NativeHeld, on_lost: Optional[OnLost] = None) -> None:
-        self._native = native
+        super().__init__(native)
         if on_lost is not None:
             threading.Thread(target=self._watch, args=(on_lost,), name=f"dlock-on-lost-{native.name}", daemon=True).start()
 
@@ -211,25 +261,6 @@ class Held:
         reason = self._native.wait_lost()
         if reason is not None:
             on_lost(self, reason)
-
-    @property
-    def name(self) -> str:
-        return self._native.name
-
-    @property
-    def fencing_token(self) -> int:
-        """Larger than every earlier holder's token of this lock: pass it to the resource
-        you protect and have it refuse smaller ones."""
-        return self._native.fencing_token
-
-    @property
-    def is_lost(self) -> bool:
-        return self._native.lost_reason is not None
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        """``"expired"``, ``"not-owner"``, ``"max-hold"`` or ``"closed"`` once lost."""
-        return self._native.lost_reason
 
     def extend(self, lease: float) -> None:
         """Renews now with ``lease`` seconds, which later renewals keep using."""
@@ -259,10 +290,3 @@ class Held:
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         self._exit(exc)
-
-    def __repr__(self) -> str:
-        if self._native.lost_reason is not None:
-            state = f"lost ({self._native.lost_reason})"
-        else:
-            state = "held" if self._native.held else "released"
-        return f"<dlock.Held {self.name!r} fencing_token={self.fencing_token} {state}>"

@@ -17,7 +17,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, Optional, Type
 
-from . import DEFAULT_LEASE, LockStatus, _redact, _status
+from . import DEFAULT_LEASE, LockStatus, _HeldState, _LockOptions, _redact, _status
 from ._dlock import NativeClient, NativeHeld, Task, new_owner
 from .errors import LockLost, LockTimeout
 
@@ -113,9 +113,11 @@ class AsyncClient:
         return f"<dlock.aio.AsyncClient {_redact(self._url)} {state}>"
 
 
-class AsyncLock:
+class AsyncLock(_LockOptions):
     """One lock name with its options. Acquiring the same ``AsyncLock`` again from the same
     task while it holds is reentrant; other tasks contend normally."""
+
+    _KIND = "dlock.aio.AsyncLock"
 
     def __init__(
         self,
@@ -127,11 +129,8 @@ class AsyncLock:
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
     ) -> None:
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold)
         self.client = client
-        self.name = name
-        self.lease = lease
-        self.wait = wait
-        self.max_hold = max_hold
         self.on_lost = on_lost
         self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
         self._held: "weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncHeld]]" = weakref.WeakKeyDictionary()
@@ -177,15 +176,13 @@ class AsyncLock:
         if task is not None:
             await self._held[task].pop()._exit(exc)
 
-    def __repr__(self) -> str:
-        return f"<dlock.aio.AsyncLock {self.name!r} lease={self.lease}s wait={self.wait}>"
-
-
-class AsyncHeld:
+class AsyncHeld(_HeldState):
     """A held lock; release it once (or leave its ``async with`` block)."""
 
+    _KIND = "dlock.aio.AsyncHeld"
+
     def __init__(self, native: NativeHeld, on_lost: Optional[OnLost] = None) -> None:
-        self._native = native
+        super().__init__(native)
         self._watch: Optional[asyncio.Task[None]] = None
         if on_lost is not None:
             self._watch = asyncio.get_running_loop().create_task(self._call_on_lost(on_lost))
@@ -196,22 +193,6 @@ class AsyncHeld:
             result = on_lost(self, reason)
             if asyncio.iscoroutine(result):
                 await result
-
-    @property
-    def name(self) -> str:
-        return self._native.name
-
-    @property
-    def fencing_token(self) -> int:
-        return self._native.fencing_token
-
-    @property
-    def is_lost(self) -> bool:
-        return self._native.lost_reason is not None
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._native.lost_reason
 
     async def extend(self, lease: float) -> None:
         await _call(lambda done: self._native.extend_async(lease, done))
@@ -238,10 +219,3 @@ class AsyncHeld:
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         await self._exit(exc)
-
-    def __repr__(self) -> str:
-        if self._native.lost_reason is not None:
-            state = f"lost ({self._native.lost_reason})"
-        else:
-            state = "held" if self._native.held else "released"
-        return f"<dlock.aio.AsyncHeld {self.name!r} fencing_token={self.fencing_token} {state}>"
