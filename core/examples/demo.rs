@@ -10,7 +10,8 @@ use std::time::Duration;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Notice, OpId, Output, Wait,
+    Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Notice, Op, OpId, Output,
+    Response, Wait,
 };
 
 const LOCK: &str = "nightly-report";
@@ -94,7 +95,10 @@ fn main() {
         now = at;
         let worker = match delivery {
             Delivery::Server { worker, request } => {
-                let reply = match request.op {
+                let Op::Redis(op) = request.op else {
+                    unreachable!("a Redis engine asks only Redis ops")
+                };
+                let reply = match op {
                     RedisOp::Subscribe { channel } => {
                         subscribers.insert(channel, worker);
                         Ok(Value::Status("OK".into()))
@@ -113,7 +117,7 @@ fn main() {
                 };
                 let input = Input::Reply {
                     id: request.id,
-                    reply,
+                    reply: reply.map(Response::Redis),
                 };
                 net.schedule(now + LATENCY, Delivery::Worker { worker, input });
                 continue;

@@ -32,6 +32,8 @@ pub enum Error {
     AlreadyWaiting { op: OpId },
     /// The engine was closed; it accepts no more commands.
     Closed,
+    /// A setting the engine cannot work with (e.g. a ZooKeeper root that is not a path).
+    InvalidConfig(String),
 
     // --- backend trouble ---
     /// The backend could not be reached or the connection broke before a reply.
@@ -44,6 +46,8 @@ pub enum Error {
     MalformedReply(String),
     /// The lock was lost while the command was under way (lease ran out or taken over).
     LockLost { hold: HoldId },
+    /// The ZooKeeper session expired while the command was under way.
+    SessionExpired,
 }
 
 impl Error {
@@ -58,6 +62,7 @@ impl Error {
                 | Error::NotHeld { .. }
                 | Error::AlreadyWaiting { .. }
                 | Error::Closed
+                | Error::InvalidConfig(_)
         )
     }
 }
@@ -86,11 +91,13 @@ impl fmt::Display for Error {
                 )
             }
             Error::Closed => f.write_str("the engine is closed"),
+            Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::Unavailable(why) => write!(f, "backend unavailable: {why}"),
             Error::Timeout => f.write_str("backend request timed out"),
             Error::Backend(why) => write!(f, "backend error: {why}"),
             Error::MalformedReply(why) => write!(f, "malformed backend reply: {why}"),
             Error::LockLost { hold } => write!(f, "hold {} was lost", hold.0),
+            Error::SessionExpired => f.write_str("the ZooKeeper session expired"),
         }
     }
 }

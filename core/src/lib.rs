@@ -61,17 +61,20 @@
 //! assert!(engine.poll_timeout().is_some()); // the acquire's request timeout
 //! ```
 
+mod base;
 mod engine;
 mod error;
 pub mod redis;
 mod time;
 mod timers;
 mod types;
+pub mod zk;
 
-pub use engine::{Config, Engine, HoldInfo, check_name};
+pub use base::check_name;
+pub use engine::{Config, Engine, HoldInfo, Protocol};
 pub use error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE, TransportError};
 pub use time::{Instant, drift};
 pub use types::{
-    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, OpId,
-    Output, Reply, Request, RequestId, Wait,
+    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, Op, OpId,
+    Output, Reply, Request, RequestId, Response, Wait,
 };

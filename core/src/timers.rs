@@ -21,6 +21,13 @@ pub(crate) enum Timer {
     Refresh(u64),
     /// Try the wake-up subscription again.
     Subscribe,
+    /// ZooKeeper: the validity of every hold, which the session's latest confirmation
+    /// bounds, runs out.
+    Session,
+    /// ZooKeeper: confirm the session again.
+    Heartbeat,
+    /// ZooKeeper: try the deletes of abandoned nodes again.
+    Cleanup,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +48,10 @@ impl Timers {
         if let Some(old) = self.by_timer.remove(&timer) {
             self.by_time.remove(&(old, timer));
         }
+    }
+
+    pub(crate) fn is_set(&self, timer: Timer) -> bool {
+        self.by_timer.contains_key(&timer)
     }
 
     pub(crate) fn next(&self) -> Option<Instant> {

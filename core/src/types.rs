@@ -5,6 +5,7 @@ use core::time::Duration;
 use crate::error::{Error, TransportError};
 use crate::redis::{RedisOp, Value};
 use crate::time::Instant;
+use crate::zk::{ZkOp, ZkReply};
 
 /// A caller-chosen id that names one command until its terminal event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,18 +81,39 @@ pub enum Command {
 pub enum Notice {
     /// The transport (re)connected: subscriptions must be made again.
     Connected,
-    /// The transport lost its connection. Held locks keep their local validity, which runs
-    /// out unless a renewal gets through after a reconnect.
+    /// The transport lost its connection. On Redis, held locks keep their local validity,
+    /// which runs out unless a renewal gets through after a reconnect; on ZooKeeper they are
+    /// lost at once (the session may expire without the client hearing of it).
     Disconnected,
-    /// A pub/sub message.
+    /// A pub/sub message (Redis).
     Message { channel: String, payload: Vec<u8> },
+    /// A one-shot watch set by [`ZkOp::Watch`] fired: the node at `path` changed or is gone
+    /// (ZooKeeper).
+    Watch { path: String },
+    /// The ZooKeeper session expired: its ephemeral nodes are gone. The transport opens a
+    /// new session and then reports [`Notice::Connected`].
+    SessionExpired,
     /// The transport is gone for good: every pending command fails, every hold is lost, and
     /// the engine refuses further commands (sticky).
     Closed,
 }
 
+/// A backend operation, in the protocol of the engine's backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Redis(RedisOp),
+    Zk(ZkOp),
+}
+
+/// A successful answer to an [`Op`], in the same protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    Redis(Value),
+    Zk(ZkReply),
+}
+
 /// The transport's answer to a [`Request`].
-pub type Reply = Result<Value, TransportError>;
+pub type Reply = Result<Response, TransportError>;
 
 /// Everything the host feeds in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +127,7 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
     pub id: RequestId,
-    pub op: RedisOp,
+    pub op: Op,
 }
 
 /// Why an acquire ended without the lock.
@@ -130,16 +152,24 @@ pub enum LostReason {
     MaxHold,
     /// The engine was closed.
     Closed,
+    /// The connection to ZooKeeper broke: the session (and the lock with it) may expire
+    /// before the client can find out, so the lock counts as lost at once.
+    Disconnected,
+    /// The ZooKeeper session expired; its lock nodes are gone.
+    SessionExpired,
 }
 
 impl LostReason {
-    /// The reason's stable name in every host: `expired`, `not-owner`, `max-hold`, `closed`.
+    /// The reason's stable name in every host: `expired`, `not-owner`, `max-hold`, `closed`,
+    /// `disconnected`, `session-expired`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LostReason::Expired => "expired",
             LostReason::NotOwner => "not-owner",
             LostReason::MaxHold => "max-hold",
             LostReason::Closed => "closed",
+            LostReason::Disconnected => "disconnected",
+            LostReason::SessionExpired => "session-expired",
         }
     }
 }

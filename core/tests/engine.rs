@@ -6,7 +6,7 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
-    NotAcquired, Notice, OpId, Output, Request, Wait, drift,
+    NotAcquired, Notice, Op, OpId, Output, Request, Response, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -92,6 +92,9 @@ impl Bed {
     }
 
     fn serve(&mut self, c: usize, Request { id, op }: Request) {
+        let Op::Redis(op) = op else {
+            panic!("a Redis engine sent {op:?}")
+        };
         self.sent[c].push(op.clone());
         if self.cut[c] {
             return;
@@ -117,6 +120,7 @@ impl Bed {
                 Ok(outcome.reply)
             }
         };
+        let reply = reply.map(Response::Redis);
         self.engines[c].handle_input(self.now, Input::Reply { id, reply });
     }
 
@@ -595,7 +599,7 @@ fn malformed_replies_fail_the_command_and_never_panic() {
             now,
             Input::Reply {
                 id: req.id,
-                reply: Ok(value.clone()),
+                reply: Ok(Response::Redis(value.clone())),
             },
         );
         let events: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
@@ -742,16 +746,18 @@ fn owner_tokens_are_unique_per_tenure_and_parse_back() {
 fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
     let now = Instant::from_nanos(1_000_000_000);
     let mut store = Store::new();
-    let exec = |store: &mut Store, op: RedisOp| match op {
-        RedisOp::Eval { script, keys, args } => {
+    let exec = |store: &mut Store, op: Op| match op {
+        Op::Redis(RedisOp::Eval { script, keys, args }) => {
             store.eval(EPOCH_MS + 1000, script, &keys, &args).unwrap()
         }
-        RedisOp::Subscribe { .. } => unreachable!(),
+        other => unreachable!("{other:?}"),
     };
     let requests = |e: &mut Engine| -> Vec<Request> {
         std::iter::from_fn(|| e.poll_output())
             .filter_map(|o| match o {
-                Output::Request(r) if !matches!(r.op, RedisOp::Subscribe { .. }) => Some(r),
+                Output::Request(r) if !matches!(r.op, Op::Redis(RedisOp::Subscribe { .. })) => {
+                    Some(r)
+                }
                 _ => None,
             })
             .collect()
@@ -765,7 +771,7 @@ fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
         now,
         Input::Reply {
             id: req.id,
-            reply: Ok(reply),
+            reply: Ok(Response::Redis(reply)),
         },
     );
     let hold = match a.poll_output() {
@@ -788,7 +794,7 @@ fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
         now,
         Input::Reply {
             id: queue.id,
-            reply: Ok(queued),
+            reply: Ok(Response::Redis(queued)),
         },
     );
     match b.poll_output() {

@@ -1,10 +1,16 @@
 //! Deterministic simulation of many engines contending through a faulty network for locks on
-//! the reference Redis.
+//! the reference Redis or the reference ZooKeeper (every other seed).
 //!
-//! A seeded world: virtual time, a network that delays, drops, duplicates and reorders every
-//! message (requests, replies and pub/sub), clients whose clocks run up to 0.5% fast or slow,
-//! clients that pause for longer than their leases and clients that crash and restart. After
-//! every step it checks:
+//! A seeded world: virtual time, clients whose clocks run up to 0.5% fast or slow, clients
+//! that pause for longer than their leases and clients that crash and restart. On Redis the
+//! network delays, drops, duplicates and reorders every message (requests, replies and
+//! pub/sub). On ZooKeeper it behaves like the TCP connection of a real client: messages stay
+//! in order and are delayed, and connections break — requests already on their way still
+//! run on the server, their replies are lost — then reconnect to the same session if it is
+//! still alive. The client library pings every third of the session timeout and declares the
+//! connection broken after two thirds without an answer; the server expires sessions it has
+//! not heard from for the session timeout, deleting their ephemeral nodes and firing
+//! watches. After every step it checks:
 //!
 //! 1. at most one holder per lock whose local validity (mapped to true time) has not run out;
 //! 2. fencing tokens of new tenures strictly increase per lock, in the order the holders
@@ -22,9 +28,11 @@ use std::time::Duration;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
+use dlock_core::zk::ZkSettings;
+use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, OpId,
-    Output, Request, Wait,
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, Op, OpId,
+    Output, Protocol, Request, RequestId, Response, TransportError, Wait,
 };
 use dlock_testkit::Rng;
 
@@ -61,6 +69,47 @@ enum Msg {
     Restart {
         client: usize,
     },
+    /// ZooKeeper: a request (`None`: a ping) on connection `epoch`.
+    ZkToServer {
+        client: usize,
+        incarnation: u32,
+        epoch: u32,
+        request: Option<Request>,
+    },
+    /// ZooKeeper: a reply or watch (`None`: a pong) on connection `epoch`.
+    ZkToClient {
+        client: usize,
+        incarnation: u32,
+        epoch: u32,
+        input: Option<Input>,
+    },
+    /// ZooKeeper: the client library's ping and connection check.
+    ZkTick {
+        client: usize,
+        incarnation: u32,
+    },
+    ZkReconnect {
+        client: usize,
+        incarnation: u32,
+        epoch: u32,
+    },
+    /// ZooKeeper: the server expires silent sessions.
+    ServerTick,
+}
+
+/// A ZooKeeper client library's connection.
+#[derive(Debug)]
+struct ZkConn {
+    session: SessionId,
+    epoch: u32,
+    connected: bool,
+    /// When the server was last heard from.
+    heard: u64,
+    /// Requests sent on the current connection and not answered.
+    outstanding: Vec<RequestId>,
+    /// Arrival time of the latest message each way, to keep them in order.
+    to_server: u64,
+    to_client: u64,
 }
 
 /// What the application believes about one of its holds.
@@ -90,6 +139,7 @@ struct Client {
     ppm: i64,
     paused_until: u64,
     next_wake: Option<u64>,
+    zk: Option<ZkConn>,
     beliefs: BTreeMap<HoldId, Belief>,
     ops: BTreeMap<OpId, OpKind>,
     next_op: u64,
@@ -118,6 +168,10 @@ struct World {
     next_msg: usize,
     store: Store,
     subscribers: BTreeMap<String, (usize, u32)>,
+    /// ZooKeeper worlds: the server, its session timeout, and when it last heard from each
+    /// session.
+    zk: Option<(ZkStore, u64)>,
+    touched: BTreeMap<SessionId, u64>,
     clients: Vec<Client>,
     last_token: BTreeMap<String, u64>,
     draining: bool,
@@ -136,6 +190,9 @@ struct Stats {
     lost: u64,
     pauses: u64,
     crashes: u64,
+    zk_seeds: u64,
+    expiries: u64,
+    breaks: u64,
 }
 
 impl World {
@@ -150,6 +207,7 @@ impl World {
                 ppm: rng.range(0, 10_000) as i64 - 5_000,
                 paused_until: 0,
                 next_wake: None,
+                zk: None,
                 beliefs: BTreeMap::new(),
                 ops: BTreeMap::new(),
                 next_op: 1,
@@ -166,6 +224,8 @@ impl World {
             next_msg: 0,
             store: Store::new(),
             subscribers: BTreeMap::new(),
+            zk: None,
+            touched: BTreeMap::new(),
             clients,
             last_token: BTreeMap::new(),
             draining: false,
@@ -178,6 +238,12 @@ impl World {
         world.drop_pm = *world.rng.pick(&[0, 10, 50, 150]);
         world.dup_pm = *world.rng.pick(&[0, 10, 100]);
         world.slow_pm = *world.rng.pick(&[0, 20, 100, 300]);
+        if seed.is_multiple_of(2) {
+            let session_timeout = *world.rng.pick(&[100, 400, 2000]) * MS;
+            world.zk = Some((ZkStore::new(), session_timeout));
+            world.stats.zk_seeds = 1;
+            world.schedule(0, Msg::ServerTick);
+        }
         for c in 0..n {
             world.start_client(c);
             let at = world.rng.range(0, 20) * MS;
@@ -200,6 +266,10 @@ impl World {
     }
 
     fn note(&mut self, line: impl FnOnce() -> String) {
+        if std::env::var_os("DLOCK_SIM_TRACE_ALL").is_some() {
+            eprintln!("{:>12.6} {}", self.now as f64 / 1e9, line());
+            return;
+        }
         if let Some(trace) = &mut self.trace {
             if trace.len() == 200 {
                 trace.pop_front();
@@ -239,12 +309,124 @@ impl World {
         config.waiter_lease = Duration::from_millis(*self.rng.pick(&[50, 300, 1000]));
         config.request_timeout = Duration::from_millis(*self.rng.pick(&[100, 500, 2000]));
         config.max_batch = *self.rng.pick(&[1, 2, 100]);
+        if let Some((store, session_timeout)) = &mut self.zk {
+            let session = store.open_session();
+            self.touched.insert(session, self.now);
+            config.protocol =
+                Protocol::ZooKeeper(ZkSettings::new(Duration::from_nanos(*session_timeout)));
+            self.clients[c].zk = Some(ZkConn {
+                session,
+                epoch: 0,
+                connected: true,
+                heard: self.now,
+                outstanding: Vec::new(),
+                to_server: 0,
+                to_client: 0,
+            });
+        }
         let client = &mut self.clients[c];
         client.incarnation += 1;
         client.next_wake = None;
         let local = client.local(self.now);
         client.engine = Some(Engine::new(config, local).expect("valid config"));
+        if let Some((_, session_timeout)) = self.zk {
+            let incarnation = self.clients[c].incarnation;
+            self.schedule(
+                session_timeout / 3,
+                Msg::ZkTick {
+                    client: c,
+                    incarnation,
+                },
+            );
+            self.local_input(c, Input::Notice(Notice::Connected));
+        }
         self.pump(c);
+    }
+
+    /// Hands an input to a client's own engine at once (its library speaking, not the server).
+    fn local_input(&mut self, c: usize, input: Input) {
+        let incarnation = self.clients[c].incarnation;
+        self.schedule(
+            0,
+            Msg::ToClient {
+                client: c,
+                incarnation,
+                input,
+            },
+        );
+    }
+
+    /// A delay on an in-order connection: usually short, sometimes very long.
+    fn in_order(&mut self, last: u64) -> u64 {
+        let delay = if self.rng.chance(self.slow_pm) {
+            self.rng.range(50, 1500) * MS
+        } else {
+            self.rng.range(20_000, 2_000_000)
+        };
+        (self.now + delay).max(last + 1)
+    }
+
+    /// ZooKeeper: the client library sends a request, or fails it at once when disconnected.
+    fn zk_send(&mut self, c: usize, request: Option<Request>) {
+        if !self.draining && self.rng.chance(self.drop_pm / 4) {
+            self.zk_break(c);
+        }
+        let incarnation = self.clients[c].incarnation;
+        let conn = self.clients[c].zk.as_mut().expect("zk connection");
+        if !conn.connected {
+            if let Some(r) = request {
+                let reply = Err(TransportError::Unavailable("connection loss".into()));
+                self.local_input(c, Input::Reply { id: r.id, reply });
+            }
+            return;
+        }
+        if let Some(r) = &request {
+            conn.outstanding.push(r.id);
+        }
+        let (epoch, last) = (conn.epoch, conn.to_server);
+        let at = self.in_order(last);
+        self.clients[c].zk.as_mut().expect("zk").to_server = at;
+        self.schedule(
+            at - self.now,
+            Msg::ZkToServer {
+                client: c,
+                incarnation,
+                epoch,
+                request,
+            },
+        );
+    }
+
+    /// ZooKeeper: the connection breaks. Requests on their way still reach the server; no
+    /// reply on this connection arrives. The library fails what is outstanding and reconnects.
+    fn zk_break(&mut self, c: usize) {
+        let incarnation = self.clients[c].incarnation;
+        let Some(conn) = self.clients[c].zk.as_mut() else {
+            return;
+        };
+        if !conn.connected {
+            return;
+        }
+        conn.connected = false;
+        conn.epoch += 1;
+        let epoch = conn.epoch;
+        let outstanding = std::mem::take(&mut conn.outstanding);
+        self.stats.breaks += 1;
+        self.note(|| format!("c{c} connection breaks"));
+        self.local_input(c, Input::Notice(Notice::Disconnected));
+        for id in outstanding {
+            let reply = Err(TransportError::Unavailable("connection loss".into()));
+            self.local_input(c, Input::Reply { id, reply });
+        }
+        let delay = self.rng.range(5, 500) * MS;
+        self.schedule(
+            delay,
+            Msg::ZkReconnect {
+                client: c,
+                incarnation,
+                epoch,
+            },
+        );
     }
 
     /// Drains a client's engine: requests go to the network, events to the application.
@@ -260,11 +442,15 @@ impl World {
                 Output::Request(request) => {
                     let incarnation = self.clients[c].incarnation;
                     self.note(|| format!("c{c} -> {:?} {}", request.id, describe(&request.op)));
-                    self.send(Msg::ToServer {
-                        client: c,
-                        incarnation,
-                        request,
-                    });
+                    if self.zk.is_some() {
+                        self.zk_send(c, Some(request));
+                    } else {
+                        self.send(Msg::ToServer {
+                            client: c,
+                            incarnation,
+                            request,
+                        });
+                    }
                 }
                 Output::Event(event) => self.deliver(c, event),
             }
@@ -452,6 +638,7 @@ impl World {
             self.note(|| format!("c{c} crashes"));
             let client = &mut self.clients[c];
             client.engine = None;
+            client.zk = None;
             client.beliefs.clear();
             client.ops.clear();
             let down = self.rng.range(10, 2000) * MS;
@@ -550,7 +737,10 @@ impl World {
     }
 
     fn server(&mut self, c: usize, incarnation: u32, request: Request) {
-        let reply = match request.op {
+        let Op::Redis(op) = request.op else {
+            self.fail(format!("a Redis world got {:?}", request.op))
+        };
+        let reply = match op {
             RedisOp::Subscribe { channel } => {
                 self.subscribers.insert(channel, (c, incarnation));
                 Ok(Value::Status("OK".into()))
@@ -577,13 +767,214 @@ impl World {
         };
         let input = Input::Reply {
             id: request.id,
-            reply,
+            reply: reply.map(Response::Redis),
         };
         self.send(Msg::ToClient {
             client: c,
             incarnation,
             input,
         });
+    }
+
+    /// The ZooKeeper server: a request or ping on a session's connection.
+    fn zk_server(&mut self, c: usize, incarnation: u32, epoch: u32, request: Option<Request>) {
+        let Some(session) = self.clients[c]
+            .zk
+            .as_ref()
+            .filter(|_| self.clients[c].incarnation == incarnation)
+            .map(|z| z.session)
+        else {
+            return; // that process is gone
+        };
+        let (store, _) = self.zk.as_mut().expect("zk world");
+        if !store.is_live(session) {
+            return; // the server closes the connection of an expired session
+        }
+        self.touched.insert(session, self.now);
+        let input = match request {
+            None => None,
+            Some(Request { id, op }) => {
+                let Op::Zk(op) = op else {
+                    self.fail(format!("a ZooKeeper world got {op:?}"))
+                };
+                let outcome = store.execute(session, &op).expect("live session");
+                self.fire(outcome.fired);
+                Some(Input::Reply {
+                    id,
+                    reply: Ok(Response::Zk(outcome.reply)),
+                })
+            }
+        };
+        self.zk_reply(c, incarnation, epoch, input);
+    }
+
+    /// The ZooKeeper server answers on a connection, in order.
+    fn zk_reply(&mut self, c: usize, incarnation: u32, epoch: u32, input: Option<Input>) {
+        let Some(last) = self.clients[c].zk.as_ref().map(|z| z.to_client) else {
+            return;
+        };
+        let at = self.in_order(last);
+        self.clients[c].zk.as_mut().expect("zk").to_client = at;
+        self.schedule(
+            at - self.now,
+            Msg::ZkToClient {
+                client: c,
+                incarnation,
+                epoch,
+                input,
+            },
+        );
+    }
+
+    /// Delivers fired watches on their sessions' current connections.
+    fn fire(&mut self, fired: Vec<(SessionId, String)>) {
+        for (session, path) in fired {
+            let Some(c) = self
+                .clients
+                .iter()
+                .position(|cl| cl.zk.as_ref().is_some_and(|z| z.session == session))
+            else {
+                continue;
+            };
+            let conn = self.clients[c].zk.as_ref().expect("zk");
+            if conn.connected {
+                let (incarnation, epoch) = (self.clients[c].incarnation, conn.epoch);
+                let input = Input::Notice(Notice::Watch { path });
+                self.zk_reply(c, incarnation, epoch, Some(input));
+            }
+        }
+    }
+
+    /// The client library receives from the server.
+    fn zk_client(&mut self, c: usize, incarnation: u32, epoch: u32, input: Option<Input>) {
+        let cl = &self.clients[c];
+        let Some(conn) = cl.zk.as_ref() else { return };
+        if cl.incarnation != incarnation || conn.epoch != epoch {
+            return; // a reply on a broken connection never arrives
+        }
+        if cl.paused_until > self.now {
+            let later = cl.paused_until - self.now;
+            let msg = Msg::ZkToClient {
+                client: c,
+                incarnation,
+                epoch,
+                input,
+            };
+            return self.schedule(later, msg);
+        }
+        let conn = self.clients[c].zk.as_mut().expect("zk");
+        conn.heard = self.now;
+        if let Some(input) = input {
+            if let Input::Reply { id, .. } = &input {
+                conn.outstanding.retain(|o| o != id);
+            }
+            self.feed(c, input);
+        }
+    }
+
+    /// The client library's timer: ping, and give up on a connection that has gone silent.
+    fn zk_tick(&mut self, c: usize, incarnation: u32) {
+        let (_, session_timeout) = self.zk.as_ref().expect("zk world");
+        let session_timeout = *session_timeout;
+        let cl = &self.clients[c];
+        if cl.incarnation != incarnation || cl.zk.is_none() {
+            return;
+        }
+        if cl.paused_until > self.now {
+            let later = cl.paused_until - self.now;
+            return self.schedule(
+                later,
+                Msg::ZkTick {
+                    client: c,
+                    incarnation,
+                },
+            );
+        }
+        self.schedule(
+            session_timeout / 3,
+            Msg::ZkTick {
+                client: c,
+                incarnation,
+            },
+        );
+        let conn = self.clients[c].zk.as_ref().expect("zk");
+        if conn.connected {
+            if self.now - conn.heard > session_timeout * 2 / 3 {
+                self.zk_break(c);
+            } else {
+                self.zk_send(c, None);
+            }
+        }
+    }
+
+    /// The library reconnects: to the same session if the server still has it, else it
+    /// learns of the expiry and opens a new session.
+    fn zk_reconnect(&mut self, c: usize, incarnation: u32, epoch: u32) {
+        let cl = &self.clients[c];
+        let Some(conn) = cl.zk.as_ref() else { return };
+        if cl.incarnation != incarnation || conn.epoch != epoch || conn.connected {
+            return;
+        }
+        if cl.paused_until > self.now {
+            let later = cl.paused_until - self.now;
+            let msg = Msg::ZkReconnect {
+                client: c,
+                incarnation,
+                epoch,
+            };
+            return self.schedule(later, msg);
+        }
+        let (store, _) = self.zk.as_mut().expect("zk world");
+        let old = conn.session;
+        let session = if store.is_live(old) {
+            old
+        } else {
+            store.open_session()
+        };
+        self.touched.insert(session, self.now);
+        let conn = self.clients[c].zk.as_mut().expect("zk");
+        conn.session = session;
+        conn.connected = true;
+        conn.heard = self.now;
+        if session != old {
+            self.note(|| format!("c{c} learns its session expired"));
+            self.local_input(c, Input::Notice(Notice::SessionExpired));
+        }
+        self.local_input(c, Input::Notice(Notice::Connected));
+    }
+
+    /// The server expires every session it has not heard from for the session timeout.
+    fn server_tick(&mut self) {
+        let Some((store, session_timeout)) = self.zk.as_mut() else {
+            return;
+        };
+        let session_timeout = *session_timeout;
+        let expired: Vec<SessionId> = self
+            .touched
+            .iter()
+            .filter(|(_, t)| self.now - **t > session_timeout)
+            .map(|(s, _)| *s)
+            .collect();
+        let mut fired = Vec::new();
+        for session in expired {
+            self.touched.remove(&session);
+            fired.extend(store.expire(session));
+            self.stats.expiries += 1;
+        }
+        self.fire(fired);
+        if !self.draining || self.clients.iter().any(|c| !c.ops.is_empty()) {
+            self.schedule(10 * MS, Msg::ServerTick);
+        }
+    }
+
+    /// Feeds an input to a running client's engine.
+    fn feed(&mut self, c: usize, input: Input) {
+        let local = self.clients[c].local(self.now);
+        self.note(|| format!("c{c} <- {input:?}"));
+        if let Some(engine) = self.clients[c].engine.as_mut() {
+            engine.handle_input(local, input);
+        }
+        self.pump(c);
     }
 
     fn step(&mut self) -> bool {
@@ -618,14 +1009,7 @@ impl World {
                             },
                         );
                     } else {
-                        let local = cl.local(self.now);
-                        self.note(|| format!("c{client} <- {input:?}"));
-                        self.clients[client]
-                            .engine
-                            .as_mut()
-                            .expect("engine")
-                            .handle_input(local, input);
-                        self.pump(client);
+                        self.feed(client, input);
                     }
                 }
             }
@@ -657,6 +1041,28 @@ impl World {
                 self.pump(client);
             }
             Msg::Restart { client } => self.start_client(client),
+            Msg::ZkToServer {
+                client,
+                incarnation,
+                epoch,
+                request,
+            } => self.zk_server(client, incarnation, epoch, request),
+            Msg::ZkToClient {
+                client,
+                incarnation,
+                epoch,
+                input,
+            } => self.zk_client(client, incarnation, epoch, input),
+            Msg::ZkTick {
+                client,
+                incarnation,
+            } => self.zk_tick(client, incarnation),
+            Msg::ZkReconnect {
+                client,
+                incarnation,
+                epoch,
+            } => self.zk_reconnect(client, incarnation, epoch),
+            Msg::ServerTick => self.server_tick(),
         }
         self.check_exclusion();
         true
@@ -685,8 +1091,27 @@ impl World {
         }
         for (c, client) in self.clients.iter().enumerate() {
             if client.engine.is_some() && !client.ops.is_empty() {
+                let mut nodes = String::new();
+                if let Some((store, _)) = &self.zk {
+                    for name in NAMES {
+                        let dir = dlock_core::zk::lock_dir(dlock_core::zk::DEFAULT_ROOT, name);
+                        let children: Vec<(String, Option<SessionId>)> = store
+                            .children(&dir)
+                            .into_iter()
+                            .map(|c| {
+                                let owner = store.ephemeral_owner(&format!("{dir}/{c}"));
+                                (c, owner)
+                            })
+                            .collect();
+                        nodes += &format!("\n{dir}: {children:?}");
+                    }
+                    for (i, cl) in self.clients.iter().enumerate() {
+                        let id = cl.engine.as_ref().map(|e| e.config().client_id);
+                        nodes += &format!("\nclient {i} {id:x?}: {:?}", cl.zk);
+                    }
+                }
                 self.fail(format!(
-                    "client {c}: commands never ended: {:?}",
+                    "client {c}: commands never ended: {:?}{nodes}",
                     client.ops
                 ));
             }
@@ -696,12 +1121,13 @@ impl World {
     }
 }
 
-fn describe(op: &RedisOp) -> String {
+fn describe(op: &Op) -> String {
     match op {
-        RedisOp::Eval { script, keys, args } => {
+        Op::Redis(RedisOp::Eval { script, keys, args }) => {
             format!("{} {} {}", script.name(), keys[0], args.join(" "))
         }
-        RedisOp::Subscribe { channel } => format!("subscribe {channel}"),
+        Op::Redis(RedisOp::Subscribe { channel }) => format!("subscribe {channel}"),
+        Op::Zk(op) => format!("{op:?}"),
     }
 }
 
@@ -724,17 +1150,23 @@ fn simulation() {
         total.lost += s.lost;
         total.pauses += s.pauses;
         total.crashes += s.crashes;
+        total.zk_seeds += s.zk_seeds;
+        total.expiries += s.expiries;
+        total.breaks += s.breaks;
     }
     println!(
-        "simulation: {} seeds ({}..={}), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
+        total.zk_seeds,
         total.steps,
         total.acquired,
         total.lost,
         total.pauses,
-        total.crashes
+        total.crashes,
+        total.breaks,
+        total.expiries
     );
     if seeds.len() > 1 {
         assert!(

@@ -8,6 +8,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod proxy;
+mod zookeeper;
+
+pub use proxy::TcpProxy;
+pub use zookeeper::{ZkEnsemble, four_letter};
+
 /// A fresh directory under the system temp dir, unique within this process and across runs.
 fn temp_dir(kind: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);

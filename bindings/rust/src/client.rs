@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::redis::{self, LockKeys, LockStatus};
-use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId};
+use dlock_core::zk::{self, ZkOp, ZkReply};
+use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, Op, OpId, Response};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -85,10 +86,17 @@ impl ClientBuilder {
         if let Some(d) = self.request_timeout {
             config.request_timeout = d;
         }
-        let base = tokio::time::Instant::now();
-        let engine = (self.machine)(config, Instant::from_nanos(0))?;
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
-        let transport = Transport::connect(&backend, inputs_tx.clone()).await?;
+        let (transport, protocol) = Transport::connect(&backend, inputs_tx.clone()).await?;
+        config.protocol = protocol;
+        let base = tokio::time::Instant::now();
+        let engine = match (self.machine)(config, Instant::from_nanos(0)) {
+            Ok(engine) => engine,
+            Err(e) => {
+                transport.close();
+                return Err(e);
+            }
+        };
         let (calls, calls_rx) = mpsc::unbounded_channel();
         let ids = Arc::new(AtomicU64::new(1));
         let driver = Driver::new(
@@ -116,7 +124,8 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects to `redis://host:port[/db]` or `memory://[name]` with default options.
+    /// Connects to `redis://host:port[/db]`, `zk://host:port[,host:port…][/chroot]` or
+    /// `memory://[name]` with default options.
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Self::builder(url).connect().await
     }
@@ -150,13 +159,21 @@ impl Client {
     /// Who holds `name`, with which token, for how long, and who waits.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
         dlock_core::check_name(name)?;
-        let reply = self
-            .inner
-            .transport
-            .execute(redis::status(&LockKeys::new(name)))
-            .await;
-        let value = reply.map_err(|e| Error::Engine(e.into()))?;
-        Ok(redis::parse_status(&value)?)
+        let op = match &self.inner.transport {
+            Transport::Zk(_) => Op::Zk(ZkOp::Children {
+                path: zk::lock_dir(zk::DEFAULT_ROOT, name),
+            }),
+            _ => Op::Redis(redis::status(&LockKeys::new(name))),
+        };
+        let reply = self.inner.transport.execute(op).await;
+        match reply.map_err(|e| Error::Engine(e.into()))? {
+            Response::Redis(value) => Ok(redis::parse_status(&value)?),
+            Response::Zk(ZkReply::Children(children)) => Ok(zk::status(&children)),
+            Response::Zk(ZkReply::NoNode) => Ok(zk::status(&[])),
+            Response::Zk(other) => Err(Error::Engine(dlock_core::Error::MalformedReply(format!(
+                "children replied {other:?}"
+            )))),
+        }
     }
 
     fn next_id(&self) -> u64 {

@@ -104,5 +104,7 @@ pub(crate) fn reason_text(reason: &LostReason) -> &'static str {
         LostReason::NotOwner => "the server says another owner has it",
         LostReason::MaxHold => "max hold time reached",
         LostReason::Closed => "client closed",
+        LostReason::Disconnected => "the connection to ZooKeeper broke",
+        LostReason::SessionExpired => "the ZooKeeper session expired",
     }
 }

@@ -6,34 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock::{Client, Error, LostReason};
+use dlock::{Error, LostReason};
 use dlock_core::redis::{self as protocol, LockKeys, RedisOp};
 use dlock_testkit::RedisServer;
 use redis::AsyncCommands;
 
+mod common;
+use common::{builder, connect};
+
 const MS: Duration = Duration::from_millis(1);
-
-/// A client builder running the engine natively, or from dlock.wasm under `DLOCK_TEST_ENGINE=wasm`.
-fn builder(url: &str) -> dlock::ClientBuilder {
-    let builder = Client::builder(url);
-    match std::env::var("DLOCK_TEST_ENGINE").as_deref() {
-        Ok("wasm") => {
-            static COMPONENT: std::sync::OnceLock<dlock_wasmtime::WasmComponent> =
-                std::sync::OnceLock::new();
-            let component = COMPONENT.get_or_init(|| {
-                dlock_wasmtime::WasmComponent::from_file(dlock_testkit::wasm_component())
-                    .expect("dlock.wasm (just wasm)")
-            });
-            builder.machine(component.factory())
-        }
-        Ok("native") | Err(_) => builder,
-        Ok(other) => panic!("DLOCK_TEST_ENGINE={other}: use native or wasm"),
-    }
-}
-
-async fn connect(url: &str) -> Result<Client, Error> {
-    builder(url).connect().await
-}
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(server.url()).expect("url");
@@ -346,6 +327,13 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
         "http://x",
         "memory://a b",
         "redis://h:99999",
+        "zk://",
+        "zk://127.0.0.1",
+        "zk://127.0.0.1:0",
+        "zk://127.0.0.1:2181/chroot/",
+        "zk://127.0.0.1:2181?session_timeout_ms=0",
+        "zk://127.0.0.1:2181?ttl=5",
+        "zk://nopassword@127.0.0.1:2181",
     ] {
         let err = connect(url).await.unwrap_err();
         assert!(
@@ -354,7 +342,7 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
         );
         assert!(err.is_misuse());
     }
-    for url in ["zk://127.0.0.1:2181", "redlock://127.0.0.1:1,127.0.0.1:2"] {
+    for url in ["redlock://127.0.0.1:1,127.0.0.1:2"] {
         assert!(
             matches!(connect(url).await.unwrap_err(), Error::Unsupported(_)),
             "{url}"

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dlock_core as core_;
 use dlock_core::redis::{RedisOp, Script as CoreScript, Value};
+use dlock_core::zk::{ZkOp as CoreZkOp, ZkReply as CoreZkReply, ZkSettings};
 
 /// The generated bindings and ABI glue: the only unsafe code in the crate, none of it written
 /// by hand.
@@ -24,10 +25,11 @@ mod bindings {
 }
 
 use bindings::exports::dlock::lock::engine::{
-    Config, Guest, GuestMachine, Input, Machine as MachineHandle, Output, Reply,
+    Config, Guest, GuestMachine, Input, Machine as MachineHandle, Output, Protocol, Reply,
 };
 use bindings::exports::dlock::lock::transport::{
-    Eval, Message, Notice, RedisNode, RedisOp as WitOp, Request, Script, TransportError,
+    Eval, Message, Notice, Op, RedisNode, RedisOp as WitOp, Request, Response, Script,
+    TransportError, ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
     Acquired, Command, Error, Event, Extend, Extended, Failed, Lost, LostReason, NotAcquired,
@@ -57,6 +59,13 @@ impl GuestMachine for Machine {
         c.waiter_lease = Duration::from_nanos(config.waiter_lease);
         c.request_timeout = Duration::from_nanos(config.request_timeout);
         c.max_batch = config.max_batch as usize;
+        c.protocol = match config.protocol {
+            Protocol::Redis => core_::Protocol::Redis,
+            Protocol::Zookeeper(z) => core_::Protocol::ZooKeeper(ZkSettings {
+                root: z.root,
+                session_timeout: Duration::from_nanos(z.session_timeout),
+            }),
+        };
         let engine = core_::Engine::new(c, core_::Instant::from_nanos(now)).map_err(error)?;
         Ok(MachineHandle::new(Machine {
             engine: RefCell::new(engine),
@@ -69,7 +78,13 @@ impl GuestMachine for Machine {
             Input::Reply(Reply { id, outcome }) => core_::Input::Reply {
                 id: core_::RequestId(id),
                 reply: match outcome {
-                    Ok(nodes) => value(&nodes),
+                    Ok(Response::Redis(nodes)) => value(&nodes),
+                    Ok(Response::Zk(r)) => Ok(core_::Response::Zk(match r {
+                        ZkReply::Done => CoreZkReply::Done,
+                        ZkReply::Created(path) => CoreZkReply::Created(path),
+                        ZkReply::Children(names) => CoreZkReply::Children(names),
+                        ZkReply::NoNode => CoreZkReply::NoNode,
+                    })),
                     Err(TransportError::Unavailable(why)) => {
                         Err(core_::TransportError::Unavailable(why))
                     }
@@ -82,6 +97,8 @@ impl GuestMachine for Machine {
                 Notice::Message(Message { channel, payload }) => {
                     core_::Notice::Message { channel, payload }
                 }
+                Notice::Watch(path) => core_::Notice::Watch { path },
+                Notice::SessionExpired => core_::Notice::SessionExpired,
                 Notice::Closed => core_::Notice::Closed,
             }),
         };
@@ -165,14 +182,12 @@ fn value(nodes: &[RedisNode]) -> core_::Reply {
         })
     }
     let mut iter = nodes.iter();
-    match (one(&mut iter), iter.next()) {
-        (Some(v), None) => Ok(v),
+    let v = match (one(&mut iter), iter.next()) {
+        (Some(v), None) => v,
         // Handed to the engine as a value it will reject as malformed.
-        _ => Ok(Value::Status(format!(
-            "malformed node list of {} nodes",
-            nodes.len()
-        ))),
-    }
+        _ => Value::Status(format!("malformed node list of {} nodes", nodes.len())),
+    };
+    Ok(core_::Response::Redis(v))
 }
 
 fn core_script(s: Script) -> CoreScript {
@@ -185,7 +200,21 @@ fn core_script(s: Script) -> CoreScript {
     }
 }
 
-fn op(op: RedisOp) -> WitOp {
+fn op(op: core_::Op) -> Op {
+    match op {
+        core_::Op::Redis(op) => Op::Redis(redis_op(op)),
+        core_::Op::Zk(op) => Op::Zk(match op {
+            CoreZkOp::CreateParents { path } => ZkOp::CreateParents(path),
+            CoreZkOp::CreateSequential { prefix } => ZkOp::CreateSequential(prefix),
+            CoreZkOp::Delete { path } => ZkOp::Delete(path),
+            CoreZkOp::Children { path } => ZkOp::Children(path),
+            CoreZkOp::Watch { path } => ZkOp::Watch(path),
+            CoreZkOp::Exists { path } => ZkOp::Exists(path),
+        }),
+    }
+}
+
+fn redis_op(op: RedisOp) -> WitOp {
     match op {
         RedisOp::Eval { script, keys, args } => WitOp::Eval(Eval {
             script: match script {
@@ -254,6 +283,8 @@ fn event(e: core_::Event) -> Event {
                 core_::LostReason::NotOwner => LostReason::NotOwner,
                 core_::LostReason::MaxHold => LostReason::MaxHold,
                 core_::LostReason::Closed => LostReason::Closed,
+                core_::LostReason::Disconnected => LostReason::Disconnected,
+                core_::LostReason::SessionExpired => LostReason::SessionExpired,
             },
         }),
     }
@@ -274,6 +305,8 @@ fn error(e: core_::Error) -> Error {
         E::Backend(why) => Error::Backend(why),
         E::MalformedReply(why) => Error::MalformedReply(why),
         E::LockLost { hold } => Error::LockLost(hold.0),
+        E::SessionExpired => Error::SessionExpired,
+        E::InvalidConfig(why) => Error::InvalidConfig(why),
         other => Error::Backend(other.to_string()),
     }
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use dlock::{Machine, MachineError, MachineFactory};
 use dlock_core::redis::{RedisOp, Script as CoreScript, Value};
+use dlock_core::zk::{ZkOp as CoreZkOp, ZkReply as CoreZkReply};
 use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Store, StoreLimits, StoreLimitsBuilder};
 
@@ -26,9 +27,12 @@ mod bindings {
     wasmtime::component::bindgen!({ world: "machine", path: "../../wit" });
 }
 
-use bindings::exports::dlock::lock::engine::{Config as WitConfig, Input, Output, Reply};
+use bindings::exports::dlock::lock::engine::{
+    Config as WitConfig, Input, Output, Protocol, Reply, ZkSettings,
+};
 use bindings::exports::dlock::lock::transport::{
-    Message, Notice, RedisNode, RedisOp as WitOp, Script, TransportError,
+    Message, Notice, Op, RedisNode, RedisOp as WitOp, Response, Script, TransportError, ZkOp,
+    ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
     Acquire, Command, Error as WitError, Event, Extend, LostReason, NotAcquired, Release, Wait,
@@ -124,11 +128,18 @@ impl WasmComponent {
             waiter_lease: nanos(config.waiter_lease),
             request_timeout: nanos(config.request_timeout),
             max_batch: u32::try_from(config.max_batch).unwrap_or(u32::MAX),
+            protocol: match &config.protocol {
+                dlock_core::Protocol::Redis => Protocol::Redis,
+                dlock_core::Protocol::ZooKeeper(z) => Protocol::Zookeeper(ZkSettings {
+                    root: z.root.clone(),
+                    session_timeout: nanos(z.session_timeout),
+                }),
+            },
         };
         let handle = instance
             .dlock_lock_engine()
             .machine()
-            .call_create(&mut store, wit, now.as_nanos())
+            .call_create(&mut store, &wit, now.as_nanos())
             .map_err(fail("creating the engine"))?
             .map_err(|e| WasmError(format!("the engine refused its configuration: {e:?}")))?;
         Ok(WasmMachine {
@@ -251,11 +262,17 @@ fn to_wit(input: dlock_core::Input) -> Input {
         dlock_core::Input::Reply { id, reply } => Input::Reply(Reply {
             id: id.0,
             outcome: match reply {
-                Ok(value) => {
+                Ok(dlock_core::Response::Redis(value)) => {
                     let mut nodes = Vec::new();
                     flatten(value, &mut nodes);
-                    Ok(nodes)
+                    Ok(Response::Redis(nodes))
                 }
+                Ok(dlock_core::Response::Zk(r)) => Ok(Response::Zk(match r {
+                    CoreZkReply::Done => ZkReply::Done,
+                    CoreZkReply::Created(path) => ZkReply::Created(path),
+                    CoreZkReply::Children(names) => ZkReply::Children(names),
+                    CoreZkReply::NoNode => ZkReply::NoNode,
+                })),
                 Err(dlock_core::TransportError::Unavailable(why)) => {
                     Err(TransportError::Unavailable(why))
                 }
@@ -269,6 +286,8 @@ fn to_wit(input: dlock_core::Input) -> Input {
             dlock_core::Notice::Message { channel, payload } => {
                 Notice::Message(Message { channel, payload })
             }
+            dlock_core::Notice::Watch { path } => Notice::Watch(path),
+            dlock_core::Notice::SessionExpired => Notice::SessionExpired,
             dlock_core::Notice::Closed => Notice::Closed,
         }),
     }
@@ -300,7 +319,15 @@ fn from_wit(output: Output) -> dlock_core::Output {
         Output::Request(r) => dlock_core::Output::Request(dlock_core::Request {
             id: dlock_core::RequestId(r.id),
             op: match r.op {
-                WitOp::Eval(e) => RedisOp::Eval {
+                Op::Zk(op) => dlock_core::Op::Zk(match op {
+                    ZkOp::CreateParents(path) => CoreZkOp::CreateParents { path },
+                    ZkOp::CreateSequential(prefix) => CoreZkOp::CreateSequential { prefix },
+                    ZkOp::Delete(path) => CoreZkOp::Delete { path },
+                    ZkOp::Children(path) => CoreZkOp::Children { path },
+                    ZkOp::Watch(path) => CoreZkOp::Watch { path },
+                    ZkOp::Exists(path) => CoreZkOp::Exists { path },
+                }),
+                Op::Redis(WitOp::Eval(e)) => dlock_core::Op::Redis(RedisOp::Eval {
                     script: match e.script {
                         Script::Acquire => CoreScript::Acquire,
                         Script::Release => CoreScript::Release,
@@ -310,8 +337,10 @@ fn from_wit(output: Output) -> dlock_core::Output {
                     },
                     keys: e.keys,
                     args: e.args,
-                },
-                WitOp::Subscribe(channel) => RedisOp::Subscribe { channel },
+                }),
+                Op::Redis(WitOp::Subscribe(channel)) => {
+                    dlock_core::Op::Redis(RedisOp::Subscribe { channel })
+                }
             },
         }),
         Output::Event(e) => dlock_core::Output::Event(match e {
@@ -355,6 +384,8 @@ fn from_wit(output: Output) -> dlock_core::Output {
                     LostReason::NotOwner => dlock_core::LostReason::NotOwner,
                     LostReason::MaxHold => dlock_core::LostReason::MaxHold,
                     LostReason::Closed => dlock_core::LostReason::Closed,
+                    LostReason::Disconnected => dlock_core::LostReason::Disconnected,
+                    LostReason::SessionExpired => dlock_core::LostReason::SessionExpired,
                 },
             },
         }),
@@ -378,5 +409,7 @@ fn error(e: WitError) -> dlock_core::Error {
         WitError::Backend(why) => E::Backend(why),
         WitError::MalformedReply(why) => E::MalformedReply(why),
         WitError::LockLost(hold) => E::LockLost { hold: HoldId(hold) },
+        WitError::SessionExpired => E::SessionExpired,
+        WitError::InvalidConfig(why) => E::InvalidConfig(why),
     }
 }

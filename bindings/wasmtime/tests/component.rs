@@ -129,7 +129,10 @@ fn native_and_wasm_engines_give_identical_outputs() {
         while let Some((i, out)) = pending.pop() {
             match out {
                 Output::Request(r) => {
-                    let reply = match r.op {
+                    let dlock_core::Op::Redis(op) = r.op else {
+                        panic!("a Redis engine sent {:?}", r.op)
+                    };
+                    let reply = match op {
                         RedisOp::Subscribe { .. } => {
                             Ok(dlock_core::redis::Value::Status("OK".into()))
                         }
@@ -156,6 +159,7 @@ fn native_and_wasm_engines_give_identical_outputs() {
                             Ok(outcome.reply)
                         }
                     };
+                    let reply = reply.map(dlock_core::Response::Redis);
                     twins[i].feed(now, Input::Reply { id: r.id, reply });
                     pending.extend(twins[i].drain(&mut steps).into_iter().map(|o| (i, o)));
                 }
@@ -188,7 +192,7 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
         Instant::from_nanos(1),
         Input::Reply {
             id: dlock_core::RequestId(1),
-            reply: Ok(big),
+            reply: Ok(dlock_core::Response::Redis(big)),
         },
     );
     let err = result.expect_err("a 2-million-item reply exceeds the per-call fuel or memory limit");

@@ -3,6 +3,7 @@
 //! Everything a host needs to speak the protocol byte for byte lives here; transports run
 //! [`RedisOp`]s verbatim. `docs/PROTOCOL.md` describes the same thing for other implementers.
 
+pub(crate) mod machine;
 pub mod reference;
 
 use core::fmt::Write as _;

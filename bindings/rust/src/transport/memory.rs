@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
-use dlock_core::{Input, Notice, TransportError};
+use dlock_core::{Input, Notice, Response, TransportError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::Pending;
@@ -94,7 +94,7 @@ impl MemoryTransport {
                 }
             }
         };
-        Box::pin(async move { reply })
+        Box::pin(async move { reply.map(Response::Redis) })
     }
 
     pub(crate) fn close(&self) {

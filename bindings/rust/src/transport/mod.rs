@@ -3,15 +3,17 @@
 
 mod memory;
 mod redis;
+mod zk;
 
 use std::future::Future;
 use std::pin::Pin;
 
-use dlock_core::redis::RedisOp;
-use dlock_core::{Input, Reply};
+use dlock_core::zk::ZkSettings;
+use dlock_core::{Input, Op, Protocol, Reply, TransportError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Error;
+pub(crate) use zk::ZkUrl;
 
 /// A backend named by a URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +25,15 @@ pub(crate) enum Backend {
     /// `memory://[name]`: an in-process server shared by the clients of this process that use
     /// the same name.
     Memory(String),
+    /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]`.
+    ZooKeeper(ZkUrl),
 }
 
 impl Backend {
     pub(crate) fn parse(url: &str) -> Result<Backend, Error> {
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(Error::InvalidUrl(format!(
-                "{url:?} has no scheme (redis://, rediss://, memory://)"
+                "{url:?} has no scheme (redis://, rediss://, zk://, memory://)"
             )));
         };
         match scheme {
@@ -56,11 +60,12 @@ impl Backend {
                 drop(info);
                 Ok(Backend::Redis(url.to_owned()))
             }
-            "zk" | "redlock" | "redis-cluster" => Err(Error::Unsupported(format!(
+            "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(url, rest)?)),
+            "redlock" | "redis-cluster" => Err(Error::Unsupported(format!(
                 "{url:?}: the {scheme}:// backend is not available yet"
             ))),
             other => Err(Error::Unsupported(format!(
-                "{url:?}: unknown scheme {other:?} (use redis://, rediss:// or memory://)"
+                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, zk:// or memory://)"
             ))),
         }
     }
@@ -73,29 +78,43 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Reply> + Send>>;
 pub(crate) enum Transport {
     Redis(redis::RedisTransport),
     Memory(memory::MemoryTransport),
+    Zk(zk::ZkTransport),
 }
 
 impl Transport {
-    /// Connects; notices (pub/sub messages, connection changes) go to `inbox`.
+    /// Connects; notices (pub/sub messages, watches, connection changes) go to `inbox`.
+    /// Returns the protocol the engine must speak over it.
     pub(crate) async fn connect(
         backend: &Backend,
         inbox: UnboundedSender<Input>,
-    ) -> Result<Transport, Error> {
+    ) -> Result<(Transport, Protocol), Error> {
         Ok(match backend {
-            Backend::Redis(url) => {
-                Transport::Redis(redis::RedisTransport::connect(url, inbox).await?)
-            }
-            Backend::Memory(name) => {
-                Transport::Memory(memory::MemoryTransport::connect(name, inbox))
+            Backend::Redis(url) => (
+                Transport::Redis(redis::RedisTransport::connect(url, inbox).await?),
+                Protocol::Redis,
+            ),
+            Backend::Memory(name) => (
+                Transport::Memory(memory::MemoryTransport::connect(name, inbox)),
+                Protocol::Redis,
+            ),
+            Backend::ZooKeeper(url) => {
+                let (t, session_timeout) = zk::ZkTransport::connect(url, inbox).await?;
+                let settings = ZkSettings::new(session_timeout);
+                (Transport::Zk(t), Protocol::ZooKeeper(settings))
             }
         })
     }
 
     /// Performs one operation.
-    pub(crate) fn execute(&self, op: RedisOp) -> Pending {
-        match self {
-            Transport::Redis(t) => t.execute(op),
-            Transport::Memory(t) => t.execute(op),
+    pub(crate) fn execute(&self, op: Op) -> Pending {
+        match (self, op) {
+            (Transport::Redis(t), Op::Redis(op)) => t.execute(op),
+            (Transport::Memory(t), Op::Redis(op)) => t.execute(op),
+            (Transport::Zk(t), Op::Zk(op)) => t.execute(op),
+            (_, op) => {
+                let e = TransportError::Server(format!("{op:?} is not for this backend"));
+                Box::pin(async move { Err(e) })
+            }
         }
     }
 
@@ -104,6 +123,7 @@ impl Transport {
         match self {
             Transport::Redis(t) => t.close(),
             Transport::Memory(t) => t.close(),
+            Transport::Zk(t) => t.close(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::redis::{RedisOp, Script, Value};
-use dlock_core::{Input, Notice, Reply, TransportError};
+use dlock_core::{Input, Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{mpsc, oneshot};
@@ -97,7 +97,7 @@ impl RedisTransport {
                     }
                     call.invoke_async::<redis::Value>(&mut con)
                         .await
-                        .map(convert)
+                        .map(|v| Response::Redis(convert(v)))
                         .map_err(transport_error)
                 })
             }
@@ -164,7 +164,7 @@ async fn pubsub_loop(
                 request = requests.recv() => {
                     let Some((channel, reply)) = request else { return };
                     let result = sink.subscribe(&channel).await;
-                    let _ = reply.send(result.map(|()| Value::Status("OK".into())).map_err(transport_error));
+                    let _ = reply.send(result.map(|()| Response::Redis(Value::Status("OK".into()))).map_err(transport_error));
                 }
                 message = stream.next() => {
                     let Some(message) = message else { break };

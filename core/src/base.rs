@@ -1,0 +1,142 @@
+//! What every backend's machine shares: the clock, op bookkeeping, requests in flight with
+//! their timeouts, the timer table and the output queue.
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
+use crate::time::Instant;
+use crate::timers::{Timer, Timers};
+use crate::types::{Event, Op, OpId, Output, Request, RequestId};
+
+/// A request under way: when it was sent and what the machine wanted of it.
+#[derive(Debug)]
+pub(crate) struct InFlight<P> {
+    pub(crate) sent_at: Instant,
+    pub(crate) purpose: P,
+}
+
+#[derive(Debug)]
+pub(crate) struct Base<P> {
+    pub(crate) now: Instant,
+    pub(crate) request_timeout: Duration,
+    next_request: u64,
+    pub(crate) requests: BTreeMap<RequestId, InFlight<P>>,
+    pub(crate) timers: Timers,
+    out: VecDeque<Output>,
+    /// Ops that have not had their terminal event yet.
+    ops: BTreeSet<OpId>,
+    /// Sticky: set by [`Notice::Closed`](crate::Notice::Closed).
+    pub(crate) closed: bool,
+}
+
+impl<P> Base<P> {
+    pub(crate) fn new(now: Instant, request_timeout: Duration) -> Self {
+        Self {
+            now,
+            request_timeout,
+            next_request: 1,
+            requests: BTreeMap::new(),
+            timers: Timers::default(),
+            out: VecDeque::new(),
+            ops: BTreeSet::new(),
+            closed: false,
+        }
+    }
+
+    /// Moves the clock forward (never back) and returns the next timer due, if any.
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Timer> {
+        self.now = self.now.max(now);
+        self.timers.pop_due(self.now)
+    }
+
+    /// Takes the request a reply answers, `None` for an unknown or timed-out id.
+    pub(crate) fn answered(&mut self, id: RequestId) -> Option<InFlight<P>> {
+        let req = self.requests.remove(&id)?;
+        self.timers.clear(Timer::Request(id.0));
+        Some(req)
+    }
+
+    /// Registers a command's op id: a duplicate or a closed machine ends it at once.
+    /// Returns whether the command may proceed.
+    pub(crate) fn begin(&mut self, op: OpId) -> bool {
+        if self.ops.contains(&op) {
+            self.event(Event::Failed {
+                op,
+                error: Error::DuplicateOp { op },
+            });
+            return false;
+        }
+        self.ops.insert(op);
+        if self.closed {
+            self.finish(Event::Failed {
+                op,
+                error: Error::Closed,
+            });
+            return false;
+        }
+        true
+    }
+
+    pub(crate) fn send(&mut self, op: Op, purpose: P) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.requests.insert(
+            id,
+            InFlight {
+                sent_at: self.now,
+                purpose,
+            },
+        );
+        self.timers
+            .set(Timer::Request(id.0), self.now + self.request_timeout);
+        self.out.push_back(Output::Request(Request { id, op }));
+    }
+
+    /// Emits a terminal event and frees its op id.
+    pub(crate) fn finish(&mut self, event: Event) {
+        if let Some(op) = event.terminal_op() {
+            self.ops.remove(&op);
+        }
+        self.event(event);
+    }
+
+    pub(crate) fn event(&mut self, event: Event) {
+        self.out.push_back(Output::Event(event));
+    }
+
+    pub(crate) fn poll_output(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// Ends the machine: every request under way is dropped (returned so that the machine
+    /// can fail the commands waiting on them) and every timer cleared.
+    pub(crate) fn close(&mut self) -> Vec<InFlight<P>> {
+        self.closed = true;
+        self.timers = Timers::default();
+        std::mem::take(&mut self.requests).into_values().collect()
+    }
+}
+
+/// Checks a lock name: 1 to [`MAX_NAME_LEN`] bytes.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    match name.len() {
+        0 => Err(Error::EmptyName),
+        len if len > MAX_NAME_LEN => Err(Error::NameTooLong { len }),
+        _ => Ok(()),
+    }
+}
+
+/// Accepts a lease in range and truncates it to whole milliseconds, the unit the servers
+/// count in, so that local validity never assumes more than the server grants.
+pub(crate) fn check_lease(lease: Duration) -> Result<Duration, Error> {
+    if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+        return Err(Error::InvalidLease { lease });
+    }
+    Ok(Duration::from_millis(lease.as_millis() as u64))
+}
+
+/// How long to wait before trying a failed request again.
+pub(crate) fn retry_delay(scale: Duration) -> Duration {
+    (scale / 10).min(Duration::from_millis(250))
+}

@@ -1,0 +1,940 @@
+//! The machine behind a Redis backend: reentrant, leased, fenced mutexes with FIFO hand-off
+//! over the scripts of [`crate::redis`].
+
+use core::time::Duration;
+use std::collections::BTreeMap;
+
+use crate::base::{Base, InFlight, check_lease, check_name, retry_delay};
+use crate::engine::{Config, HoldInfo, Machine as _};
+use crate::error::Error;
+use crate::redis::{self, AcquireReply, LockKeys, Mode, RedisOp, ReleaseReply, Value};
+use crate::time::{Instant, drift};
+use crate::timers::Timer;
+use crate::types::{
+    Acquire, ClientId, Command, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply,
+    RequestId, Response, Wait,
+};
+
+/// One tenure (or attempted tenure) of a lock by one owner of this engine.
+#[derive(Debug)]
+struct Tenure {
+    name: String,
+    owner: u64,
+    keys: LockKeys,
+    token: String,
+    lease: Duration,
+    max_hold: Option<Duration>,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    Pending(Pending),
+    Held(Held),
+}
+
+#[derive(Debug)]
+struct Pending {
+    op: OpId,
+    wait: Wait,
+    /// Mode of the next ACQUIRE: `Wait` until the server has queued us, then `Refresh`.
+    mode: Mode,
+    /// Send time of the latest ACQUIRE the server answered with "queued", and the lock's
+    /// latest fencing token when it ran. A hand-off with a larger token happened after that
+    /// request ran, so its send time bounds the hand-off from below.
+    queued: Option<(Instant, u64)>,
+    /// The fencing token of a hand-off notice not yet acted on (it arrived while a request
+    /// was under way, whose reply may prove it fresh).
+    woken: Option<u64>,
+    in_flight: bool,
+}
+
+#[derive(Debug)]
+struct Held {
+    fencing_token: u64,
+    /// Granted levels: acquisitions reported to the application minus releases.
+    count: u32,
+    /// Reentrant acquires sent and not yet answered.
+    reentering: u32,
+    valid_until: Instant,
+    renewing: bool,
+}
+
+#[derive(Debug)]
+pub(crate) enum Purpose {
+    /// ACQUIRE for a pending tenure.
+    Acquire {
+        seq: u64,
+        mode: Mode,
+    },
+    /// ACQUIRE (refresh mode) by the owner of a held lock: reentry.
+    Reenter {
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+    },
+    /// Watchdog EXTEND for these tenures, with the lease each asked for.
+    Renew {
+        items: Vec<(u64, Duration)>,
+    },
+    Release {
+        seq: u64,
+        op: OpId,
+        count: u32,
+    },
+    Extend {
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+    },
+    /// Best-effort: give back what an abandoned tenure may have got. The reply is ignored.
+    Cleanup,
+    Subscribe,
+}
+
+/// The Redis protocol's machine: [`Engine`](crate::Engine) runs it for a Redis backend.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    base: Base<Purpose>,
+    client_id: ClientId,
+    waiter_lease: Duration,
+    max_batch: usize,
+    channel: String,
+    next_seq: u64,
+    tenures: BTreeMap<u64, Tenure>,
+    /// (name, owner) → tenure, for reentrancy and for "already waiting".
+    slots: BTreeMap<(String, u64), u64>,
+    /// Pending acquire op → tenure, for cancel.
+    acquires: BTreeMap<OpId, u64>,
+}
+
+impl Machine {
+    /// A new machine at time `now`. Its first output subscribes to its wake-up channel.
+    pub(crate) fn new(config: &Config, now: Instant) -> Result<Self, Error> {
+        check_lease(config.waiter_lease)?;
+        check_lease(config.request_timeout)?;
+        let mut machine = Self {
+            base: Base::new(now, config.request_timeout),
+            client_id: config.client_id,
+            waiter_lease: config.waiter_lease,
+            max_batch: config.max_batch.max(1),
+            channel: redis::wake_channel(config.client_id),
+            next_seq: 1,
+            tenures: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            acquires: BTreeMap::new(),
+        };
+        machine.subscribe();
+        Ok(machine)
+    }
+
+    // --- commands ---
+
+    fn on_command(&mut self, cmd: Command) {
+        let op = match &cmd {
+            Command::Acquire(a) => a.op,
+            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
+            Command::Cancel { op } => return self.cancel(*op),
+        };
+        if !self.base.begin(op) {
+            return;
+        }
+        let result = match cmd {
+            Command::Acquire(a) => self.acquire(a),
+            Command::Release { op, hold } => self.release(op, hold),
+            Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
+            Command::Cancel { .. } => Ok(()),
+        };
+        if let Err(error) = result {
+            self.finish(Event::Failed { op, error });
+        }
+    }
+
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
+        check_name(&a.name)?;
+        let lease = check_lease(a.lease)?;
+        let max_hold = a.max_hold.map(check_lease).transpose()?;
+
+        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
+            let t = self
+                .tenures
+                .get_mut(&seq)
+                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+            return match &mut t.state {
+                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
+                State::Held(h) => {
+                    // The server's count mirrors granted levels plus reentries under way.
+                    h.reentering += 1;
+                    let count = h.count + h.reentering;
+                    let op_ = redis::acquire(
+                        &t.keys,
+                        &t.token,
+                        t.lease,
+                        count,
+                        Mode::Refresh,
+                        self.waiter_lease,
+                    );
+                    let lease = t.lease;
+                    self.send(
+                        op_,
+                        Purpose::Reenter {
+                            seq,
+                            op: a.op,
+                            lease,
+                        },
+                    );
+                    Ok(())
+                }
+            };
+        }
+
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let wait = match a.wait {
+            Wait::Until(t) if t <= self.base.now => Wait::No,
+            w => w,
+        };
+        let mode = if wait == Wait::No {
+            Mode::Try
+        } else {
+            Mode::Wait
+        };
+        let token = redis::owner_token(self.client_id, seq);
+        self.tenures.insert(
+            seq,
+            Tenure {
+                keys: LockKeys::new(&a.name),
+                name: a.name.clone(),
+                owner: a.owner,
+                token,
+                lease,
+                max_hold,
+                state: State::Pending(Pending {
+                    op: a.op,
+                    wait,
+                    mode,
+                    queued: None,
+                    woken: None,
+                    in_flight: false,
+                }),
+            },
+        );
+        self.slots.insert((a.name, a.owner), seq);
+        self.acquires.insert(a.op, seq);
+        if let Wait::Until(deadline) = wait {
+            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
+        }
+        self.send_acquire(seq);
+        Ok(())
+    }
+
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
+        let seq = hold.0;
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return Err(Error::NotHeld { hold });
+        };
+        h.count -= 1;
+        let count = h.count;
+        if count > 0 {
+            let t = &self.tenures[&seq];
+            let req = redis::release(&t.keys, &t.token, count);
+            self.send(req, Purpose::Release { seq, op, count });
+        } else {
+            // The application stops relying on the lock now, whatever the reply says.
+            let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
+            self.send(
+                redis::release(&t.keys, &t.token, 0),
+                Purpose::Release { seq, op, count },
+            );
+        }
+        Ok(())
+    }
+
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
+        let lease = check_lease(lease)?;
+        let Some(
+            t @ Tenure {
+                state: State::Held(_),
+                ..
+            },
+        ) = self.tenures.get(&hold.0)
+        else {
+            return Err(Error::NotHeld { hold });
+        };
+        let req = redis::extend([(t.keys.lock.as_str(), t.token.as_str(), lease)]);
+        self.send(
+            req,
+            Purpose::Extend {
+                seq: hold.0,
+                op,
+                lease,
+            },
+        );
+        Ok(())
+    }
+
+    fn cancel(&mut self, op: OpId) {
+        if let Some(&seq) = self.acquires.get(&op) {
+            self.abandon(
+                seq,
+                Event::NotAcquired {
+                    op,
+                    reason: NotAcquired::Cancelled,
+                },
+                true,
+            );
+        }
+    }
+
+    // --- replies ---
+
+    fn on_reply(&mut self, req: InFlight<Purpose>, reply: Result<Value, Error>) {
+        let sent = req.sent_at;
+        match req.purpose {
+            Purpose::Acquire { seq, mode } => self.on_acquire(seq, mode, sent, reply),
+            Purpose::Reenter { seq, op, lease } => self.on_reenter(seq, op, lease, sent, reply),
+            Purpose::Renew { items } => self.on_renew(items, sent, reply),
+            Purpose::Release { seq, op, count } => self.on_release(seq, op, count, reply),
+            Purpose::Extend { seq, op, lease } => self.on_extend(seq, op, lease, sent, reply),
+            Purpose::Cleanup => {}
+            Purpose::Subscribe => {
+                if reply.is_err() {
+                    self.base
+                        .timers
+                        .set(Timer::Subscribe, self.base.now + self.retry_delay());
+                }
+            }
+        }
+    }
+
+    fn on_acquire(&mut self, seq: u64, mode: Mode, sent: Instant, reply: Result<Value, Error>) {
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
+        let lease = t.lease;
+        let p = match &mut t.state {
+            State::Pending(p) => p,
+            State::Held(_) => {
+                // A hand-off notice won the race; a successful claim still renews the lease.
+                if let Ok(AcquireReply::Acquired { .. }) =
+                    reply.and_then(|v| redis::parse_acquire(&v))
+                {
+                    self.renewed(seq, sent, lease, false);
+                }
+                return;
+            }
+        };
+        p.in_flight = false;
+        let op = p.op;
+        let waiting = p.wait != Wait::No;
+        match reply.and_then(|v| redis::parse_acquire(&v)) {
+            Ok(AcquireReply::Acquired {
+                fencing_token,
+                count,
+            }) => {
+                let valid_until = sent + lease - drift(lease);
+                if valid_until > self.base.now {
+                    self.held(seq, fencing_token, count, valid_until, sent + lease / 3);
+                } else if waiting {
+                    // The reply came too late to use; ask again (the owner path renews it).
+                    self.send_acquire(seq);
+                } else {
+                    self.abandon(
+                        seq,
+                        Event::Failed {
+                            op,
+                            error: Error::Timeout,
+                        },
+                        true,
+                    );
+                }
+            }
+            Ok(AcquireReply::Busy) if mode == Mode::Try => {
+                self.abandon(
+                    seq,
+                    Event::NotAcquired {
+                        op,
+                        reason: NotAcquired::Busy,
+                    },
+                    false,
+                );
+            }
+            Ok(AcquireReply::Queued { latest }) if mode != Mode::Try => {
+                if p.queued.is_none_or(|(at, _)| at < sent) {
+                    p.queued = Some((sent, latest));
+                }
+                p.mode = Mode::Refresh;
+                let woken = p.woken.is_some();
+                let at = (sent + self.waiter_lease / 3).max(self.base.now);
+                self.base.timers.set(Timer::Refresh(seq), at);
+                if woken {
+                    self.take_hand_off(seq);
+                }
+            }
+            Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
+                // Our place was given up (we were silent longer than the waiter lease): queue again.
+                p.mode = Mode::Wait;
+                p.queued = None;
+                self.send_acquire(seq);
+            }
+            Ok(other) => {
+                let error =
+                    Error::MalformedReply(format!("acquire in mode {mode:?} replied {other:?}"));
+                self.abandon(seq, Event::Failed { op, error }, true);
+            }
+            Err(error @ Error::MalformedReply(_)) => {
+                self.abandon(seq, Event::Failed { op, error }, true)
+            }
+            Err(error) if !waiting => self.abandon(seq, Event::Failed { op, error }, true),
+            Err(_) => {
+                let at = self.base.now + self.retry_delay();
+                self.base.timers.set(Timer::Refresh(seq), at);
+            }
+        }
+    }
+
+    fn on_reenter(
+        &mut self,
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
+        let hold = HoldId(seq);
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            // Released or lost while the reentry was under way.
+            return self.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
+        };
+        h.reentering -= 1;
+        match reply.and_then(|v| redis::parse_acquire(&v)) {
+            Ok(AcquireReply::Acquired { fencing_token, .. })
+                if fencing_token == h.fencing_token =>
+            {
+                h.count += 1;
+                let count = h.count;
+                self.renewed(seq, sent, lease, false);
+                let valid_until = self.hold(hold).map_or(sent, |info| info.valid_until);
+                self.finish(Event::Acquired {
+                    op,
+                    hold,
+                    fencing_token,
+                    valid_until,
+                    count,
+                });
+            }
+            Ok(AcquireReply::Acquired { fencing_token, .. }) => {
+                let error = Error::MalformedReply(format!(
+                    "reentry got fencing token {fencing_token}, its tenure has {}",
+                    h.fencing_token
+                ));
+                self.finish(Event::Failed { op, error });
+            }
+            Ok(_) => {
+                self.refused(seq, op);
+            }
+            Err(error) => self.finish(Event::Failed { op, error }),
+        }
+    }
+
+    fn on_renew(
+        &mut self,
+        items: Vec<(u64, Duration)>,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
+        let flags = reply.and_then(|v| redis::parse_extend(&v, items.len()));
+        for (i, (seq, lease)) in items.into_iter().enumerate() {
+            let Some(Tenure {
+                state: State::Held(h),
+                ..
+            }) = self.tenures.get_mut(&seq)
+            else {
+                continue;
+            };
+            h.renewing = false;
+            match &flags {
+                Ok(flags) if flags[i] => self.renewed(seq, sent, lease, true),
+                Ok(_) => self.lose(seq, LostReason::NotOwner),
+                Err(_) => {
+                    // Try again soon; the Expire timer decides when it is too late.
+                    let at = self.base.now + (lease / 10).min(self.retry_delay());
+                    self.base.timers.set(Timer::Renew(seq), at);
+                }
+            }
+        }
+    }
+
+    fn on_release(&mut self, seq: u64, op: OpId, count: u32, reply: Result<Value, Error>) {
+        let hold = HoldId(seq);
+        match reply.and_then(|v| redis::parse_release(&v)) {
+            Ok(ReleaseReply::Freed | ReleaseReply::Held { .. }) => {
+                self.finish(Event::Released { op, hold, count })
+            }
+            Ok(ReleaseReply::NotOwner) => {
+                self.refused(seq, op);
+            }
+            Err(error) => self.finish(Event::Failed { op, error }),
+        }
+    }
+
+    fn on_extend(
+        &mut self,
+        seq: u64,
+        op: OpId,
+        lease: Duration,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
+        let hold = HoldId(seq);
+        if !matches!(
+            self.tenures.get(&seq),
+            Some(Tenure {
+                state: State::Held(_),
+                ..
+            })
+        ) {
+            return self.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
+        }
+        match reply.and_then(|v| redis::parse_extend(&v, 1)) {
+            Ok(flags) if flags[0] => {
+                if let Some(t) = self.tenures.get_mut(&seq) {
+                    t.lease = lease;
+                }
+                self.renewed(seq, sent, lease, false);
+                if let Some(info) = self.hold(hold) {
+                    self.finish(Event::Extended {
+                        op,
+                        hold,
+                        valid_until: info.valid_until,
+                    });
+                }
+            }
+            Ok(_) => {
+                self.refused(seq, op);
+            }
+            Err(error) => self.finish(Event::Failed { op, error }),
+        }
+    }
+
+    // --- notices ---
+
+    fn on_notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Connected => {
+                if !self.base.closed {
+                    self.subscribe();
+                }
+            }
+            Notice::Message { channel, payload } => {
+                if channel == self.channel {
+                    self.wake(&payload);
+                }
+            }
+            Notice::Closed => self.close(),
+            // Held locks keep their local validity, which runs out unless a renewal gets
+            // through after a reconnect. ZooKeeper's notices do not occur on Redis.
+            Notice::Disconnected | Notice::Watch { .. } | Notice::SessionExpired => {}
+        }
+    }
+
+    /// A hand-off: the server gave us the lock and published our token.
+    fn wake(&mut self, payload: &[u8]) {
+        let Some((token, fencing_token)) = redis::parse_wake(payload) else {
+            return;
+        };
+        let Some(seq) = redis::token_seq(self.client_id, token) else {
+            return;
+        };
+        let Some(Tenure {
+            state: State::Pending(p),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
+        p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
+        self.take_hand_off(seq);
+    }
+
+    /// Acts on a hand-off notice as soon as it can. The handed tenure lives until our waiter
+    /// deadline, which our latest answered ACQUIRE set to at least its send time + waiter
+    /// lease — provided the hand-off came after that request ran, which a fencing token
+    /// larger than the reply's `latest` proves. A notice older than that reply is stale; one
+    /// that cannot be proven either way is claimed with another ACQUIRE.
+    fn take_hand_off(&mut self, seq: u64) {
+        let Some(Tenure {
+            state: State::Pending(p),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
+        let Some(fencing_token) = p.woken else { return };
+        if p.in_flight {
+            return; // its reply decides
+        }
+        p.woken = None;
+        let wl = self.waiter_lease;
+        match p.queued {
+            Some((at, latest)) if fencing_token > latest => {
+                let valid_until = at + wl - drift(wl);
+                if valid_until > self.base.now {
+                    self.held(seq, fencing_token, 1, valid_until, self.base.now);
+                } else {
+                    self.send_acquire(seq);
+                }
+            }
+            Some(_) => {} // stale: that hand-off ended before our latest request ran
+            None => self.send_acquire(seq),
+        }
+    }
+
+    fn close(&mut self) {
+        self.base.closed = true;
+        let seqs: Vec<u64> = self.tenures.keys().copied().collect();
+        for seq in seqs {
+            match self.tenures.get(&seq).map(|t| &t.state) {
+                Some(State::Held(_)) => self.lose(seq, LostReason::Closed),
+                Some(State::Pending(p)) => {
+                    let op = p.op;
+                    self.abandon(
+                        seq,
+                        Event::Failed {
+                            op,
+                            error: Error::Closed,
+                        },
+                        false,
+                    );
+                }
+                None => {}
+            }
+        }
+        for req in self.base.close() {
+            match req.purpose {
+                Purpose::Reenter { op, .. }
+                | Purpose::Release { op, .. }
+                | Purpose::Extend { op, .. } => {
+                    self.finish(Event::Failed {
+                        op,
+                        error: Error::Closed,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    // --- timers ---
+
+    fn on_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Request(id) => {
+                if let Some(req) = self.base.requests.remove(&RequestId(id)) {
+                    self.on_reply(req, Err(Error::Timeout));
+                }
+            }
+            Timer::Renew(seq) => self.renew_batch(seq),
+            Timer::Expire(seq) => self.lose(seq, LostReason::Expired),
+            Timer::MaxHold(seq) => self.lose(seq, LostReason::MaxHold),
+            Timer::WaitDeadline(seq) => {
+                if let Some(Tenure {
+                    state: State::Pending(p),
+                    ..
+                }) = self.tenures.get(&seq)
+                {
+                    let op = p.op;
+                    self.abandon(
+                        seq,
+                        Event::NotAcquired {
+                            op,
+                            reason: NotAcquired::TimedOut,
+                        },
+                        true,
+                    );
+                }
+            }
+            Timer::Refresh(seq) => {
+                if let Some(Tenure {
+                    state: State::Pending(p),
+                    ..
+                }) = self.tenures.get(&seq)
+                    && !p.in_flight
+                {
+                    self.send_acquire(seq);
+                }
+            }
+            Timer::Subscribe => self.subscribe(),
+            Timer::Session | Timer::Heartbeat | Timer::Cleanup => {}
+        }
+    }
+
+    /// Renews `seq` and, in the same requests, every other hold due within a sixth of its lease.
+    fn renew_batch(&mut self, seq: u64) {
+        let Some(t) = self.tenures.get(&seq) else {
+            return;
+        };
+        let horizon = self.base.now + t.lease / 6;
+        let mut due = vec![seq];
+        due.extend(self.base.timers.take_until(horizon, |timer| match timer {
+            Timer::Renew(s) => Some(s),
+            _ => None,
+        }));
+        let mut items = Vec::with_capacity(due.len());
+        for s in due {
+            if let Some(Tenure {
+                state: State::Held(h),
+                lease,
+                ..
+            }) = self.tenures.get_mut(&s)
+                && !h.renewing
+            {
+                h.renewing = true;
+                items.push((s, *lease));
+            }
+        }
+        for chunk in items.chunks(self.max_batch) {
+            let req = redis::extend(chunk.iter().map(|(s, lease)| {
+                let t = &self.tenures[s];
+                (t.keys.lock.as_str(), t.token.as_str(), *lease)
+            }));
+            self.send(
+                req,
+                Purpose::Renew {
+                    items: chunk.to_vec(),
+                },
+            );
+        }
+    }
+
+    // --- state changes ---
+
+    fn send_acquire(&mut self, seq: u64) {
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
+        let State::Pending(p) = &mut t.state else {
+            return;
+        };
+        p.in_flight = true;
+        let mode = p.mode;
+        let req = redis::acquire(&t.keys, &t.token, t.lease, 1, mode, self.waiter_lease);
+        self.base.timers.clear(Timer::Refresh(seq));
+        self.send(req, Purpose::Acquire { seq, mode });
+    }
+
+    /// A pending tenure becomes held: the acquire's terminal event.
+    fn held(
+        &mut self,
+        seq: u64,
+        fencing_token: u64,
+        count: u32,
+        valid_until: Instant,
+        renew_at: Instant,
+    ) {
+        let Some(t) = self.tenures.get_mut(&seq) else {
+            return;
+        };
+        let State::Pending(p) = &t.state else { return };
+        let op = p.op;
+        t.state = State::Held(Held {
+            fencing_token,
+            count,
+            reentering: 0,
+            valid_until,
+            renewing: false,
+        });
+        self.acquires.remove(&op);
+        self.base.timers.clear(Timer::WaitDeadline(seq));
+        self.base.timers.clear(Timer::Refresh(seq));
+        self.base.timers.set(Timer::Expire(seq), valid_until);
+        self.base
+            .timers
+            .set(Timer::Renew(seq), renew_at.max(self.base.now));
+        if let Some(max) = t.max_hold {
+            self.base
+                .timers
+                .set(Timer::MaxHold(seq), self.base.now + max);
+        }
+        self.finish(Event::Acquired {
+            op,
+            hold: HoldId(seq),
+            fencing_token,
+            valid_until,
+            count,
+        });
+    }
+
+    /// The server kept `seq` for `lease` from a request sent at `sent`.
+    fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
+        h.valid_until = h.valid_until.max(sent + lease - drift(lease));
+        let valid_until = h.valid_until;
+        self.base.timers.set(Timer::Expire(seq), valid_until);
+        if !h.renewing {
+            self.base
+                .timers
+                .set(Timer::Renew(seq), (sent + lease / 3).max(self.base.now));
+        }
+        if announce {
+            self.event(Event::Renewed {
+                hold: HoldId(seq),
+                valid_until,
+            });
+        }
+    }
+
+    /// A held tenure is gone. Anything we may still hold on the server is given back.
+    fn lose(&mut self, seq: u64, reason: LostReason) {
+        if !matches!(
+            self.tenures.get(&seq),
+            Some(Tenure {
+                state: State::Held(_),
+                ..
+            })
+        ) {
+            return;
+        }
+        let Some(t) = self.forget(seq) else { return };
+        if matches!(reason, LostReason::Expired | LostReason::MaxHold) && !self.base.closed {
+            self.send(redis::release(&t.keys, &t.token, 0), Purpose::Cleanup);
+        }
+        self.event(Event::Lost {
+            hold: HoldId(seq),
+            reason,
+        });
+    }
+
+    /// The server says `seq` is not ours while command `op` was acting on it.
+    fn refused(&mut self, seq: u64, op: OpId) {
+        self.lose(seq, LostReason::NotOwner);
+        let hold = HoldId(seq);
+        self.finish(Event::Failed {
+            op,
+            error: Error::LockLost { hold },
+        });
+    }
+
+    /// A pending acquire ends with `event`; with `cleanup`, we leave the queue (and pass the
+    /// lock on if it was already handed to us).
+    fn abandon(&mut self, seq: u64, event: Event, cleanup: bool) {
+        let Some(t) = self.forget(seq) else { return };
+        if cleanup && !self.base.closed {
+            self.send(redis::dequeue(&t.keys, &t.token), Purpose::Cleanup);
+        }
+        self.finish(event);
+    }
+
+    /// Removes a tenure and everything that points at it.
+    fn forget(&mut self, seq: u64) -> Option<Tenure> {
+        let t = self.tenures.remove(&seq)?;
+        self.slots.remove(&(t.name.clone(), t.owner));
+        if let State::Pending(p) = &t.state {
+            self.acquires.remove(&p.op);
+        }
+        for timer in [
+            Timer::Renew,
+            Timer::Expire,
+            Timer::MaxHold,
+            Timer::WaitDeadline,
+            Timer::Refresh,
+        ] {
+            self.base.timers.clear(timer(seq));
+        }
+        Some(t)
+    }
+
+    fn subscribe(&mut self) {
+        let channel = self.channel.clone();
+        self.send(RedisOp::Subscribe { channel }, Purpose::Subscribe);
+    }
+
+    fn send(&mut self, op: RedisOp, purpose: Purpose) {
+        self.base.send(Op::Redis(op), purpose);
+    }
+
+    fn retry_delay(&self) -> Duration {
+        retry_delay(self.waiter_lease)
+    }
+
+    fn finish(&mut self, event: Event) {
+        self.base.finish(event);
+    }
+
+    fn event(&mut self, event: Event) {
+        self.base.event(event);
+    }
+}
+
+impl crate::engine::Machine for Machine {
+    type Purpose = Purpose;
+
+    fn base(&mut self) -> &mut Base<Purpose> {
+        &mut self.base
+    }
+
+    fn base_ref(&self) -> &Base<Purpose> {
+        &self.base
+    }
+
+    /// A snapshot of a held lock, `None` if it is not held.
+    fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
+        let t = self.tenures.get(&hold.0)?;
+        let State::Held(h) = &t.state else {
+            return None;
+        };
+        Some(HoldInfo {
+            name: t.name.clone(),
+            owner: t.owner,
+            fencing_token: h.fencing_token,
+            count: h.count,
+            lease: t.lease,
+            valid_until: h.valid_until,
+        })
+    }
+
+    fn reply(&mut self, id: RequestId, reply: Reply) {
+        if let Some(req) = self.base.answered(id) {
+            let reply = match reply {
+                Ok(Response::Redis(v)) => Ok(v),
+                Ok(other) => Err(Error::MalformedReply(format!(
+                    "a Redis request got {other:?}"
+                ))),
+                Err(e) => Err(Error::from(e)),
+            };
+            self.on_reply(req, reply);
+        }
+    }
+
+    fn command(&mut self, cmd: Command) {
+        self.on_command(cmd);
+    }
+
+    fn notice(&mut self, notice: Notice) {
+        self.on_notice(notice);
+    }
+
+    fn timer(&mut self, timer: Timer) {
+        self.on_timer(timer);
+    }
+}

@@ -1,0 +1,189 @@
+//! A reference ZooKeeper in memory: the node tree, sessions, ephemeral and sequential nodes
+//! and one-shot data watches, as far as the protocol uses them. The simulation runs against
+//! it; the session clock is the caller's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::zk::{ZkOp, ZkReply};
+
+/// A session id, as the server hands them out.
+pub type SessionId = u64;
+
+#[derive(Debug, Clone, Default)]
+struct Node {
+    /// The session of an ephemeral node.
+    ephemeral: Option<SessionId>,
+    /// Counts child creations and deletions; the next sequential child gets its value.
+    cversion: u64,
+}
+
+/// Why a request failed, as a transport would report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The session is closed or expired.
+    SessionExpired,
+}
+
+/// The outcome of one operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub reply: ZkReply,
+    /// Watches that fired: (session, watched path).
+    pub fired: Vec<(SessionId, String)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Store {
+    nodes: BTreeMap<String, Node>,
+    sessions: BTreeSet<SessionId>,
+    next_session: SessionId,
+    /// path → sessions watching it.
+    watches: BTreeMap<String, BTreeSet<SessionId>>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn open_session(&mut self) -> SessionId {
+        self.next_session += 1;
+        self.sessions.insert(self.next_session);
+        self.next_session
+    }
+
+    pub fn is_live(&self, session: SessionId) -> bool {
+        self.sessions.contains(&session)
+    }
+
+    /// Ends a session: its ephemeral nodes go, and the watches on them fire.
+    pub fn expire(&mut self, session: SessionId) -> Vec<(SessionId, String)> {
+        if !self.sessions.remove(&session) {
+            return Vec::new();
+        }
+        for watchers in self.watches.values_mut() {
+            watchers.remove(&session);
+        }
+        let doomed: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.ephemeral == Some(session))
+            .map(|(p, _)| p.clone())
+            .collect();
+        doomed.into_iter().flat_map(|p| self.remove(&p)).collect()
+    }
+
+    /// The session that owns an ephemeral node.
+    pub fn ephemeral_owner(&self, path: &str) -> Option<SessionId> {
+        self.nodes.get(path)?.ephemeral
+    }
+
+    /// The names of `path`'s children.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let prefix = format!("{path}/");
+        self.nodes
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .filter_map(|(p, _)| {
+                let rest = &p[prefix.len()..];
+                (!rest.contains('/')).then(|| rest.to_owned())
+            })
+            .collect()
+    }
+
+    pub fn execute(&mut self, session: SessionId, op: &ZkOp) -> Result<Outcome, Refused> {
+        if !self.is_live(session) {
+            return Err(Refused::SessionExpired);
+        }
+        let mut fired = Vec::new();
+        let reply = match op {
+            ZkOp::CreateParents { path } => {
+                let mut at = 0;
+                while let Some(i) = path[at + 1..].find('/').map(|i| i + at + 1) {
+                    self.create(&path[..i], None);
+                    at = i;
+                }
+                self.create(path, None);
+                ZkReply::Done
+            }
+            ZkOp::CreateSequential { prefix } => {
+                let parent = prefix.rsplit_once('/').map_or("", |(p, _)| p);
+                match self.nodes.get(parent) {
+                    Some(p) if p.ephemeral.is_none() => {
+                        let path = format!("{prefix}{:010}", p.cversion);
+                        self.create(&path, Some(session));
+                        ZkReply::Created(path)
+                    }
+                    _ => ZkReply::NoNode,
+                }
+            }
+            ZkOp::Delete { path } => {
+                if self.nodes.contains_key(path) && self.children(path).is_empty() {
+                    fired = self.remove(path);
+                    ZkReply::Done
+                } else {
+                    ZkReply::NoNode
+                }
+            }
+            ZkOp::Children { path } => {
+                if self.nodes.contains_key(path) {
+                    ZkReply::Children(self.children(path))
+                } else {
+                    ZkReply::NoNode
+                }
+            }
+            ZkOp::Watch { path } => {
+                if self.nodes.contains_key(path) {
+                    self.watches
+                        .entry(path.clone())
+                        .or_default()
+                        .insert(session);
+                    ZkReply::Done
+                } else {
+                    ZkReply::NoNode
+                }
+            }
+            ZkOp::Exists { path } => {
+                if self.nodes.contains_key(path) {
+                    ZkReply::Done
+                } else {
+                    ZkReply::NoNode
+                }
+            }
+        };
+        Ok(Outcome { reply, fired })
+    }
+
+    fn create(&mut self, path: &str, ephemeral: Option<SessionId>) {
+        if path.is_empty() || self.nodes.contains_key(path) {
+            return;
+        }
+        if let Some((parent, _)) = path.rsplit_once('/')
+            && let Some(p) = self.nodes.get_mut(parent)
+        {
+            p.cversion += 1;
+        }
+        self.nodes.insert(
+            path.to_owned(),
+            Node {
+                ephemeral,
+                cversion: 0,
+            },
+        );
+    }
+
+    fn remove(&mut self, path: &str) -> Vec<(SessionId, String)> {
+        self.nodes.remove(path);
+        if let Some((parent, _)) = path.rsplit_once('/')
+            && let Some(p) = self.nodes.get_mut(parent)
+        {
+            p.cversion += 1;
+        }
+        self.watches
+            .remove(path)
+            .into_iter()
+            .flatten()
+            .map(|s| (s, path.to_owned()))
+            .collect()
+    }
+}

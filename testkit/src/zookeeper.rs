@@ -1,0 +1,185 @@
+//! ZooKeeper servers of our own (Debian's `zookeeper` package, run with the JVM): one
+//! standalone server or an ensemble of several, each on free loopback ports in its own
+//! temporary directory.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{free_port, temp_dir};
+
+const CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
+
+#[derive(Debug)]
+struct Node {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+/// One ZooKeeper server (`ZkEnsemble::start(1)`) or an ensemble of several.
+#[derive(Debug)]
+pub struct ZkEnsemble {
+    nodes: Vec<Node>,
+}
+
+impl ZkEnsemble {
+    /// Starts `n` servers and waits until every one serves (standalone for 1; for more, a
+    /// quorum with a leader). `tickTime` is 200 ms, so the server grants session timeouts
+    /// from 400 ms to 4 s: short session-expiry tests.
+    pub fn start(n: usize) -> Self {
+        let ports: Vec<(u16, u16, u16)> = (0..n)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, (client, _, _)) in ports.iter().enumerate() {
+            let dir = temp_dir("zk");
+            let data = dir.join("data");
+            std::fs::create_dir_all(&data).expect("data dir");
+            let mut cfg = format!(
+                "tickTime=200\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n\
+                 maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=20000\n",
+                data.display()
+            );
+            if n > 1 {
+                std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+                for (j, (_, p, e)) in ports.iter().enumerate() {
+                    cfg += &format!("server.{}=127.0.0.1:{p}:{e}\n", j + 1);
+                }
+            }
+            std::fs::write(dir.join("zoo.cfg"), cfg).expect("zoo.cfg");
+            nodes.push(Node {
+                child: None,
+                dir,
+                port: *client,
+            });
+        }
+        let mut ensemble = ZkEnsemble { nodes };
+        for i in 0..n {
+            ensemble.launch(i);
+        }
+        for i in 0..n {
+            ensemble.wait_serving(i);
+        }
+        ensemble
+    }
+
+    fn launch(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let log = std::fs::File::create(node.dir.join("zookeeper.log")).expect("log file");
+        let child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+                CLASSPATH,
+            ])
+            .arg(format!("-Dzookeeper.log.dir={}", node.dir.display()))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(node.dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start ZooKeeper (is Debian's zookeeper package installed?)");
+        node.child = Some(child);
+    }
+
+    /// Waits until server `i` answers `srvr` with a `Mode:` line (standalone, leader or
+    /// follower).
+    fn wait_serving(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self.mode(i).is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log =
+            std::fs::read_to_string(self.nodes[i].dir.join("zookeeper.log")).unwrap_or_default();
+        panic!("ZooKeeper {i} did not start within 60 s; its log:\n{log}");
+    }
+
+    /// Server `i`'s mode (`standalone`, `leader`, `follower`), `None` if it does not serve.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let reply = four_letter(self.nodes[i].port, "srvr").ok()?;
+        reply
+            .lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+
+    /// The index of the current leader, if any.
+    pub fn leader(&self) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| self.mode(i).as_deref() == Some("leader"))
+    }
+
+    /// `host:port,host:port,…` of every server.
+    pub fn hosts(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// `zk://` URL of the whole ensemble.
+    pub fn url(&self) -> String {
+        format!("zk://{}", self.hosts())
+    }
+
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// Kills server `i` (SIGKILL).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts server `i` again after [`kill`](Self::kill) and waits until it serves.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.launch(i);
+        self.wait_serving(i);
+    }
+
+    /// A four-letter command sent to any serving server (e.g. `wchc`, `cons`).
+    pub fn four_letter(&self, command: &str) -> String {
+        for node in &self.nodes {
+            if node.child.is_some()
+                && let Ok(reply) = four_letter(node.port, command)
+            {
+                return reply;
+            }
+        }
+        panic!("no ZooKeeper server answers {command}");
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+            let _ = std::fs::remove_dir_all(&self.nodes[i].dir);
+        }
+    }
+}
+
+/// Sends a four-letter command (`srvr`, `wchp`, `cons`…) to a ZooKeeper port and returns
+/// the reply.
+pub fn four_letter(port: u16, command: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(command.as_bytes())?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
