@@ -92,7 +92,8 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// Backend URL: redis://host:port[/db] or memory://[name].
+    /// Backend URL: redis://host:port[/db], rediss://…, zk://host:port[,host:port…][/chroot] or
+    /// memory://[name].
     #[arg(long, env = "DLOCK_BACKEND")]
     backend: String,
 }

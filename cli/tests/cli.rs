@@ -1,11 +1,12 @@
-//! The `dlock` binary as a user runs it: several OS processes against a real redis-server.
+//! The `dlock` binary as a user runs it: several OS processes against a real redis-server
+//! or a real ZooKeeper.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_core::redis::LockKeys;
-use dlock_testkit::RedisServer;
+use dlock_testkit::{RedisServer, ZkEnsemble};
 
 fn dlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
@@ -13,9 +14,9 @@ fn dlock() -> Command {
     cmd
 }
 
-fn run(server: &RedisServer, extra: &[&str], command: &[&str]) -> Command {
+fn run(url: &str, extra: &[&str], command: &[&str]) -> Command {
     let mut cmd = dlock();
-    cmd.args(["run", "--backend", &server.url(), "--lock", "job"])
+    cmd.args(["run", "--backend", url, "--lock", "job"])
         .args(extra)
         .arg("--")
         .args(command);
@@ -31,9 +32,9 @@ fn redis_cli(server: &RedisServer, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn status_json(server: &RedisServer) -> String {
+fn status_json(url: &str) -> String {
     let out = dlock()
-        .args(["status", "--backend", &server.url(), "job", "--json"])
+        .args(["status", "--backend", url, "job", "--json"])
         .output()
         .expect("status");
     assert!(out.status.success(), "{out:?}");
@@ -48,17 +49,17 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn three_processes_never_overlap_and_see_increasing_tokens() {
-    let server = RedisServer::start();
-    let log = server.dir().join("log");
+/// Three `dlock run` processes on one backend: each holder's whole run is uninterrupted and
+/// sees a larger fencing token than the one before.
+fn three_processes_never_overlap(url: &str, dir: &Path) {
+    let log = dir.join("log");
     let script = format!(
         "for i in 1 2 3; do echo \"start $DLOCK_FENCING_TOKEN\" >> {log}; sleep 0.05; echo \"end $DLOCK_FENCING_TOKEN\" >> {log}; done",
         log = log.display()
     );
     let children: Vec<_> = (0..3)
         .map(|_| {
-            run(&server, &["--lease", "2s"], &["sh", "-c", &script])
+            run(url, &["--lease", "2s"], &["sh", "-c", &script])
                 .spawn()
                 .expect("spawn dlock run")
         })
@@ -91,10 +92,62 @@ fn three_processes_never_overlap_and_see_increasing_tokens() {
 }
 
 #[test]
+fn three_processes_never_overlap_and_see_increasing_tokens() {
+    let server = RedisServer::start();
+    three_processes_never_overlap(&server.url(), server.dir());
+}
+
+#[test]
+fn three_processes_never_overlap_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let dir = std::env::temp_dir().join(format!("dlock-cli-zk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    three_processes_never_overlap(&zk.url(), &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn status_and_demo_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let url = zk.url();
+    let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();
+    wait_until("the lock is held", || {
+        status_json(&url).contains("\"count\":1")
+    });
+    let mut waiter = run(&url, &[], &["true"]).spawn().unwrap();
+    wait_until("one waiter queues", || {
+        status_json(&url).contains("\"waiters\":[\"")
+    });
+    let json = status_json(&url);
+    assert!(json.contains("\"fencing_token\":1,"), "{json}");
+    assert!(json.contains("\"ttl_ms\":null"), "{json}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // The killed holder's session expires; then the waiter runs its command and exits.
+    assert!(waiter.wait().unwrap().success());
+
+    let out = dlock()
+        .args([
+            "demo",
+            "--backend",
+            &url,
+            "--workers",
+            "3",
+            "--seconds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(": ok") && !text.contains("FAILED"), "{text}");
+}
+
+#[test]
 fn run_passes_the_exit_code_and_the_environment() {
     let server = RedisServer::start();
     let out = run(
-        &server,
+        &server.url(),
         &[],
         &["sh", "-c", "echo $DLOCK_LOCK $DLOCK_FENCING_TOKEN; exit 7"],
     )
@@ -103,19 +156,19 @@ fn run_passes_the_exit_code_and_the_environment() {
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "job 1");
     // Released afterwards.
-    assert!(status_json(&server).contains("\"owner\":null"));
+    assert!(status_json(&server.url()).contains("\"owner\":null"));
 }
 
 #[test]
 fn run_gives_up_after_wait_without_running_the_command() {
     let server = RedisServer::start();
-    let mut holder = run(&server, &[], &["sleep", "3"]).spawn().unwrap();
+    let mut holder = run(&server.url(), &[], &["sleep", "3"]).spawn().unwrap();
     wait_until("the lock is held", || {
-        status_json(&server).contains("\"count\":1")
+        status_json(&server.url()).contains("\"count\":1")
     });
     let marker = server.dir().join("ran");
     let out = run(
-        &server,
+        &server.url(),
         &["--wait", "200ms"],
         &["touch", marker.to_str().unwrap()],
     )
@@ -132,7 +185,7 @@ fn a_lost_lock_terminates_the_command() {
     let server = RedisServer::start();
     let started = Instant::now();
     let mut child = run(
-        &server,
+        &server.url(),
         &["--lease", "600ms", "--grace", "1s"],
         &["sleep", "30"],
     )
@@ -140,7 +193,7 @@ fn a_lost_lock_terminates_the_command() {
     .spawn()
     .unwrap();
     wait_until("the lock is held", || {
-        status_json(&server).contains("\"count\":1")
+        status_json(&server.url()).contains("\"count\":1")
     });
     redis_cli(&server, &["DEL", &LockKeys::new("job").lock]);
     let status = child.wait().unwrap();
@@ -154,11 +207,11 @@ fn a_lost_lock_terminates_the_command() {
 #[test]
 fn a_killed_holder_frees_the_lock_after_its_lease() {
     let server = RedisServer::start();
-    let mut holder = run(&server, &["--lease", "1s"], &["sleep", "30"])
+    let mut holder = run(&server.url(), &["--lease", "1s"], &["sleep", "30"])
         .spawn()
         .unwrap();
     wait_until("the lock is held", || {
-        status_json(&server).contains("\"count\":1")
+        status_json(&server.url()).contains("\"count\":1")
     });
     let killed = Instant::now();
     nix::sys::signal::kill(
@@ -167,7 +220,7 @@ fn a_killed_holder_frees_the_lock_after_its_lease() {
     )
     .unwrap();
     let _ = holder.wait();
-    let out = run(&server, &["--wait", "10s"], &["true"])
+    let out = run(&server.url(), &["--wait", "10s"], &["true"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -181,15 +234,15 @@ fn a_killed_holder_frees_the_lock_after_its_lease() {
 #[test]
 fn status_shows_holder_and_waiters() {
     let server = RedisServer::start();
-    let mut holder = run(&server, &[], &["sleep", "30"]).spawn().unwrap();
+    let mut holder = run(&server.url(), &[], &["sleep", "30"]).spawn().unwrap();
     wait_until("the lock is held", || {
-        status_json(&server).contains("\"count\":1")
+        status_json(&server.url()).contains("\"count\":1")
     });
-    let mut waiter = run(&server, &[], &["true"]).spawn().unwrap();
+    let mut waiter = run(&server.url(), &[], &["true"]).spawn().unwrap();
     wait_until("one waiter queues", || {
-        status_json(&server).contains("\"waiters\":[\"")
+        status_json(&server.url()).contains("\"waiters\":[\"")
     });
-    let json = status_json(&server);
+    let json = status_json(&server.url());
     assert!(json.starts_with("{\"lock\":\"job\",\"owner\":\""), "{json}");
     assert!(json.contains("\"fencing_token\":1"), "{json}");
     let text = dlock()
