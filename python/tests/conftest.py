@@ -86,3 +86,53 @@ def redis_acl(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path, ["--user", "alice", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off"])
     yield server
     server.stop()
+
+
+class ZooKeeperServer:
+    """A standalone ZooKeeper (Debian's package, run with the JVM) on a free loopback port."""
+
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        data = directory / "zk-data"
+        data.mkdir()
+        config = directory / "zoo.cfg"
+        config.write_text(
+            f"tickTime=200\ninitLimit=20\nsyncLimit=10\ndataDir={data}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"
+            "maxClientCnxns=0\n"
+        )
+        log = open(directory / "zookeeper.log", "wb")
+        self.process = subprocess.Popen(
+            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+             "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar",
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+            stdout=log, stderr=log,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(b"srvr")
+                    if b"Mode:" in s.recv(4096):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("ZooKeeper did not start")
+
+    @property
+    def url(self) -> str:
+        return f"zk://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    assert Path("/usr/share/java/zookeeper.jar").exists(), "zookeeper is not installed (scripts/setup installs it)"
+    server = ZooKeeperServer(tmp_path)
+    yield server
+    server.stop()

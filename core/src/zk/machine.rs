@@ -552,7 +552,10 @@ impl Machine {
                 if self.base.closed {
                     return;
                 }
-                self.retry_cleanup();
+                // Requests under way when the connection broke may never be answered.
+                for c in self.cleanup.keys().cloned().collect::<Vec<_>>() {
+                    self.send_cleanup(c);
+                }
                 let pending: Vec<u64> = self
                     .tenures
                     .iter()

@@ -1,0 +1,343 @@
+//! The ZooKeeper machine, step by step, against the reference ZooKeeper: every request is
+//! served at once unless a test holds it back.
+
+use std::time::Duration;
+
+use dlock_core::zk::reference::{SessionId, Store};
+use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
+    NotAcquired, Notice, Op, OpId, Output, Protocol, Request, Response, TransportError, Wait,
+};
+
+const SESSION: Duration = Duration::from_secs(3);
+
+struct Bed {
+    store: Store,
+    now: Instant,
+    engines: Vec<(Engine, SessionId)>,
+    events: Vec<Vec<Event>>,
+    sent: Vec<Vec<ZkOp>>,
+    /// While set, a client's requests are dropped unanswered.
+    cut: Vec<bool>,
+}
+
+impl Bed {
+    fn new(clients: usize) -> Self {
+        let mut store = Store::new();
+        let now = Instant::from_nanos(1_000_000_000);
+        let engines = (0..clients)
+            .map(|i| {
+                let mut config = Config::new(ClientId(i as u128 + 1));
+                config.protocol = Protocol::ZooKeeper(ZkSettings::new(SESSION));
+                (Engine::new(config, now).unwrap(), store.open_session())
+            })
+            .collect();
+        Bed {
+            store,
+            now,
+            engines,
+            events: vec![Vec::new(); clients],
+            sent: vec![Vec::new(); clients],
+            cut: vec![false; clients],
+        }
+    }
+
+    fn input(&mut self, c: usize, input: Input) {
+        self.engines[c].0.handle_input(self.now, input);
+        self.settle();
+    }
+
+    fn cmd(&mut self, c: usize, cmd: Command) {
+        self.input(c, Input::Command(cmd));
+    }
+
+    fn settle(&mut self) {
+        loop {
+            let mut progress = false;
+            for c in 0..self.engines.len() {
+                while let Some(out) = self.engines[c].0.poll_output() {
+                    progress = true;
+                    match out {
+                        Output::Event(e) => self.events[c].push(e),
+                        Output::Request(r) => self.serve(c, r),
+                    }
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn serve(&mut self, c: usize, Request { id, op }: Request) {
+        let Op::Zk(op) = op else {
+            panic!("a ZooKeeper engine sent {op:?}")
+        };
+        self.sent[c].push(op.clone());
+        if self.cut[c] {
+            return;
+        }
+        let Ok(outcome) = self.store.execute(self.engines[c].1, &op) else {
+            let reply = Err(TransportError::Unavailable("session expired".into()));
+            return self.engines[c]
+                .0
+                .handle_input(self.now, Input::Reply { id, reply });
+        };
+        for (session, path) in outcome.fired {
+            let to = self
+                .engines
+                .iter()
+                .position(|(_, s)| *s == session)
+                .unwrap();
+            let notice = Input::Notice(Notice::Watch { path });
+            self.engines[to].0.handle_input(self.now, notice);
+        }
+        let reply = Ok(Response::Zk(outcome.reply));
+        self.engines[c]
+            .0
+            .handle_input(self.now, Input::Reply { id, reply });
+    }
+
+    fn take(&mut self, c: usize) -> Vec<Event> {
+        std::mem::take(&mut self.events[c])
+    }
+
+    fn take_sent(&mut self, c: usize) -> Vec<ZkOp> {
+        std::mem::take(&mut self.sent[c])
+    }
+
+    fn children(&self) -> Vec<String> {
+        self.store.children("/dlock/job")
+    }
+}
+
+fn acquire(op: u64, wait: Wait) -> Command {
+    Command::Acquire(Acquire {
+        op: OpId(op),
+        name: "job".into(),
+        owner: 1,
+        lease: Duration::from_secs(1),
+        wait,
+        max_hold: None,
+    })
+}
+
+fn acquired(events: &[Event]) -> (HoldId, u64) {
+    match events {
+        [
+            Event::Acquired {
+                hold,
+                fencing_token,
+                ..
+            },
+        ] => (*hold, *fencing_token),
+        other => panic!("expected one Acquired, got {other:?}"),
+    }
+}
+
+#[test]
+fn first_acquire_creates_the_directory_then_holds_with_token_one() {
+    let mut bed = Bed::new(1);
+    bed.cmd(0, acquire(1, Wait::No));
+    let (hold, token) = acquired(&bed.take(0));
+    assert_eq!(token, 1, "sequence 0 + 1");
+    let sent = bed.take_sent(0);
+    assert!(matches!(sent[0], ZkOp::CreateSequential { .. }));
+    assert_eq!(
+        sent[1],
+        ZkOp::CreateParents {
+            path: "/dlock/job".into()
+        }
+    );
+    let [child] = bed.children().try_into().unwrap();
+    assert!(child.starts_with(&format!("{:032x}-1-lock-", 1)), "{child}");
+    // Reentry is counted locally: no request.
+    bed.cmd(0, acquire(2, Wait::No));
+    assert_eq!(acquired(&bed.take(0)), (hold, 1));
+    assert!(bed.take_sent(0).is_empty());
+    bed.cmd(0, Command::Release { op: OpId(3), hold });
+    assert!(bed.take_sent(0).is_empty());
+    bed.cmd(0, Command::Release { op: OpId(4), hold });
+    assert!(matches!(bed.take_sent(0)[..], [ZkOp::Delete { .. }]));
+    assert!(bed.children().is_empty());
+}
+
+#[test]
+fn a_waiter_watches_only_its_predecessor_and_takes_over_on_its_delete() {
+    let mut bed = Bed::new(3);
+    bed.cmd(0, acquire(1, Wait::No));
+    let (hold, first) = acquired(&bed.take(0));
+    bed.cmd(1, acquire(1, Wait::Forever));
+    bed.cmd(2, acquire(1, Wait::Forever));
+    let watch = |sent: Vec<ZkOp>| {
+        sent.into_iter()
+            .find_map(|op| match op {
+                ZkOp::Watch { path } => Some(path),
+                _ => None,
+            })
+            .expect("a watch")
+    };
+    let children = bed.children();
+    assert_eq!(
+        watch(bed.take_sent(1)),
+        format!("/dlock/job/{}", children[0])
+    );
+    assert_eq!(
+        watch(bed.take_sent(2)),
+        format!("/dlock/job/{}", children[1])
+    );
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    let (_, second) = acquired(&bed.take(1));
+    assert!(second > first);
+    assert!(bed.take(2).is_empty(), "only the successor woke");
+}
+
+#[test]
+fn try_acquire_on_a_held_lock_is_busy_and_leaves_no_node() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, acquire(1, Wait::No));
+    acquired(&bed.take(0));
+    bed.cmd(1, acquire(1, Wait::No));
+    assert_eq!(
+        bed.take(1),
+        vec![Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::Busy
+        }]
+    );
+    assert_eq!(bed.children().len(), 1);
+}
+
+#[test]
+fn a_broken_connection_loses_the_lock_at_once_and_deletes_the_node_after_it() {
+    let mut bed = Bed::new(1);
+    bed.cmd(0, acquire(1, Wait::No));
+    let (hold, _) = acquired(&bed.take(0));
+    bed.cut[0] = true;
+    bed.input(0, Input::Notice(Notice::Disconnected));
+    assert_eq!(
+        bed.take(0),
+        vec![Event::Lost {
+            hold,
+            reason: LostReason::Disconnected
+        }]
+    );
+    assert_eq!(bed.children().len(), 1, "the delete could not get through");
+    bed.cut[0] = false;
+    bed.input(0, Input::Notice(Notice::Connected));
+    assert!(bed.children().is_empty(), "deleted after the reconnect");
+}
+
+#[test]
+fn validity_runs_out_without_heartbeat_answers() {
+    let mut bed = Bed::new(1);
+    bed.cmd(0, acquire(1, Wait::No));
+    let events = bed.take(0);
+    let Event::Acquired { valid_until, .. } = events[0] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(valid_until, bed.now + SESSION - dlock_core::drift(SESSION));
+    // Heartbeats renew it while answered.
+    bed.now = bed.now + SESSION / 2;
+    bed.engines[0].0.handle_timeout(bed.now);
+    bed.settle();
+    assert!(matches!(bed.take(0)[..], [Event::Renewed { .. }]));
+    // Unanswered, the hold is lost when the validity ends.
+    bed.cut[0] = true;
+    bed.now = bed.now + SESSION;
+    bed.engines[0].0.handle_timeout(bed.now);
+    bed.settle();
+    let events = bed.take(0);
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn session_expiry_fails_waiters_and_loses_holds() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, acquire(1, Wait::No));
+    let (hold, _) = acquired(&bed.take(0));
+    bed.cmd(1, acquire(1, Wait::Forever));
+    for c in 0..2 {
+        let session = bed.engines[c].1;
+        bed.store.expire(session);
+    }
+    bed.input(0, Input::Notice(Notice::SessionExpired));
+    bed.input(1, Input::Notice(Notice::SessionExpired));
+    assert_eq!(
+        bed.take(0),
+        vec![Event::Lost {
+            hold,
+            reason: LostReason::SessionExpired
+        }]
+    );
+    assert_eq!(
+        bed.take(1),
+        vec![Event::Failed {
+            op: OpId(1),
+            error: Error::SessionExpired
+        }]
+    );
+}
+
+#[test]
+fn malformed_replies_become_typed_errors() {
+    let mut engine = Engine::new(
+        Config {
+            protocol: Protocol::ZooKeeper(ZkSettings::new(SESSION)),
+            ..Config::new(ClientId(1))
+        },
+        Instant::from_nanos(1),
+    )
+    .unwrap();
+    let now = Instant::from_nanos(2);
+    for bad in [
+        Response::Zk(ZkReply::Created("/elsewhere/x-lock-0000000001".into())),
+        Response::Zk(ZkReply::Children(vec![])),
+        Response::Redis(dlock_core::redis::Value::Nil),
+    ] {
+        engine.handle_input(now, Input::Command(acquire(1, Wait::No)));
+        let Some(Output::Request(req)) = engine.poll_output() else {
+            panic!("no request")
+        };
+        engine.handle_input(
+            now,
+            Input::Reply {
+                id: req.id,
+                reply: Ok(bad.clone()),
+            },
+        );
+        let events: Vec<Output> = std::iter::from_fn(|| engine.poll_output()).collect();
+        assert!(
+            events.iter().any(|o| matches!(
+                o,
+                Output::Event(Event::Failed {
+                    error: Error::MalformedReply(_),
+                    ..
+                })
+            )),
+            "{bad:?} gave {events:?}"
+        );
+    }
+    // A bad root is refused before anything is sent.
+    let config = Config {
+        protocol: Protocol::ZooKeeper(ZkSettings {
+            root: "dlock/".into(),
+            session_timeout: SESSION,
+        }),
+        ..Config::new(ClientId(1))
+    };
+    assert!(matches!(
+        Engine::new(config, now),
+        Err(Error::InvalidConfig(_))
+    ));
+}
