@@ -79,7 +79,8 @@ def _status(name: str, raw: dict) -> LockStatus:  # type: ignore[type-arg]
 
 
 def connect(url: str, *, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None) -> "Client":
-    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS) or ``memory://[name]``.
+    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``zk://host:port[,host:port…][/chroot]``
+    or ``memory://[name]``.
 
     Raises :class:`InvalidArgument` for a malformed URL and :class:`BackendError` when the
     backend cannot be reached.
