@@ -114,13 +114,15 @@ bench-node iterations="5000":
     cargo build --release --quiet -p dlock-bench --bin latency
     node bench/node/latency.mjs {{iterations}} target/release/latency
 
-# Contended hand-off across processes: dlock next to redis-py Lock, python-redis-lock and pottery.
+# Contended hand-off across processes: dlock next to redis-py Lock, python-redis-lock and pottery
+# on Redis, and next to kazoo's Lock on ZooKeeper.
 bench-handoff seconds="5":
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/bench-venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis python-redis-lock pottery matplotlib
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis python-redis-lock pottery kazoo matplotlib
     $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
     $venv/bin/python bench/python/handoff.py {{seconds}}
+    $venv/bin/python bench/python/handoff.py {{seconds}} zk
