@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
-use crate::types::{Event, Op, OpId, Output, Request, RequestId};
+use crate::types::{Event, Op, OpId, Output, Reply, Request, RequestId, Response};
 
 /// A request under way: when it was sent and what the machine wanted of it.
 #[derive(Debug)]
@@ -134,6 +134,20 @@ pub(crate) fn check_lease(lease: Duration) -> Result<Duration, Error> {
         return Err(Error::InvalidLease { lease });
     }
     Ok(Duration::from_millis(lease.as_millis() as u64))
+}
+
+/// A reply in the protocol a machine speaks, or the error it stands for: a transport error,
+/// or a reply in another protocol (malformed).
+pub(crate) fn unpack<T>(
+    reply: Reply,
+    protocol: &str,
+    pick: impl FnOnce(Response) -> Result<T, Response>,
+) -> Result<T, Error> {
+    match reply {
+        Ok(r) => pick(r)
+            .map_err(|other| Error::MalformedReply(format!("a {protocol} request got {other:?}"))),
+        Err(e) => Err(Error::from(e)),
+    }
 }
 
 /// How long to wait before trying a failed request again.

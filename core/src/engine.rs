@@ -2,11 +2,9 @@
 
 use core::time::Duration;
 
-use crate::base::Base;
 use crate::error::Error;
 use crate::time::Instant;
-use crate::timers::Timer;
-use crate::types::{ClientId, Command, HoldId, Input, Notice, Output, Reply, RequestId};
+use crate::types::{ClientId, HoldId, Input, Output};
 use crate::zk::ZkSettings;
 use crate::{redis, zk};
 
@@ -61,19 +59,6 @@ pub struct HoldInfo {
     pub valid_until: Instant,
 }
 
-/// What the engine asks of each backend's machine.
-pub(crate) trait Machine {
-    /// What the machine wanted of a request, kept until its reply.
-    type Purpose;
-    fn base(&mut self) -> &mut Base<Self::Purpose>;
-    fn base_ref(&self) -> &Base<Self::Purpose>;
-    fn command(&mut self, cmd: Command);
-    fn reply(&mut self, id: RequestId, reply: Reply);
-    fn notice(&mut self, notice: Notice);
-    fn timer(&mut self, timer: Timer);
-    fn hold(&self, hold: HoldId) -> Option<HoldInfo>;
-}
-
 #[derive(Debug)]
 enum Inner {
     Redis(redis::machine::Machine),
@@ -91,7 +76,8 @@ pub struct Engine {
     inner: Inner,
 }
 
-/// Runs `$body` with `$m` bound to the engine's machine, whichever backend it speaks.
+/// Runs `$body` with `$m` bound to the engine's machine, whichever backend it speaks: both
+/// machines have the same methods (`command`, `reply`, `notice`, `timer`, `hold`, `base`).
 macro_rules! with_machine {
     ($engine:expr, $m:ident => $body:expr) => {
         match &mut $engine.inner {
@@ -126,8 +112,8 @@ impl Engine {
     /// A snapshot of a held lock, `None` if it is not held.
     pub fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         match &self.inner {
-            Inner::Redis(m) => Machine::hold(m, hold),
-            Inner::Zk(m) => Machine::hold(m, hold),
+            Inner::Redis(m) => m.hold(hold),
+            Inner::Zk(m) => m.hold(hold),
         }
     }
 
@@ -137,7 +123,7 @@ impl Engine {
         self.handle_timeout(now);
         with_machine!(self, m => match input {
             Input::Command(cmd) => m.command(cmd),
-            Input::Reply { id, reply } => Machine::reply(m, id, reply),
+            Input::Reply { id, reply } => m.reply(id, reply),
             Input::Notice(notice) => m.notice(notice),
         })
     }

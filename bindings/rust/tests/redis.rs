@@ -3,7 +3,6 @@
 //! (`dlock-wasmtime`) instead of natively: the same tests, the other engine.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::{Error, LostReason};
@@ -43,47 +42,7 @@ async fn run_script(con: &mut redis::aio::MultiplexedConnection, op: RedisOp) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_clients_and_tasks() {
     let server = RedisServer::start();
-    let inside = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let client = connect(&server.url()).await.expect("connect");
-        for _ in 0..4 {
-            let (client, inside, counter, tokens) = (
-                client.clone(),
-                inside.clone(),
-                counter.clone(),
-                tokens.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..10 {
-                    let guard = client
-                        .lock("counter")
-                        .lease(Duration::from_secs(5))
-                        .acquire()
-                        .await
-                        .expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    tokens.lock().unwrap().push(guard.fencing_token());
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    inside.store(false, Ordering::SeqCst);
-                    guard.release().await.expect("release");
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 160);
-    let tokens = tokens.lock().unwrap();
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens not increasing: {tokens:?}"
-    );
+    common::contend(&server.url(), 4, 4, 10).await;
 }
 
 #[tokio::test]

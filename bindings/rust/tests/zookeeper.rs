@@ -3,7 +3,6 @@
 //! every client runs the engine from its WebAssembly component.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, LostReason};
@@ -28,42 +27,7 @@ async fn waiters(client: &Client, name: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_and_increasing_tokens_across_clients() {
     let zk = ZkEnsemble::start(1);
-    let inside = Arc::new(AtomicBool::new(false));
-    let counter = Arc::new(AtomicU64::new(0));
-    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for _ in 0..3 {
-        let client = connect(&zk.url()).await.expect("connect");
-        for _ in 0..3 {
-            let (client, inside, counter, tokens) = (
-                client.clone(),
-                inside.clone(),
-                counter.clone(),
-                tokens.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..8 {
-                    let guard = client.lock("counter").acquire().await.expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    tokens.lock().unwrap().push(guard.fencing_token());
-                    let seen = counter.load(Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    counter.store(seen + 1, Ordering::SeqCst);
-                    inside.store(false, Ordering::SeqCst);
-                    guard.release().await.expect("release");
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.expect("task");
-    }
-    assert_eq!(counter.load(Ordering::SeqCst), 72);
-    let tokens = tokens.lock().unwrap().clone();
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens not increasing: {tokens:?}"
-    );
+    common::contend(&zk.url(), 3, 3, 8).await;
     // Every contender node is gone; the lock's directory stays (it keeps the sequence).
     let client = connect(&zk.url()).await.unwrap();
     let status = client.status("counter").await.unwrap();

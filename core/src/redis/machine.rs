@@ -4,8 +4,8 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use crate::base::{Base, InFlight, check_lease, check_name, retry_delay};
-use crate::engine::{Config, HoldInfo, Machine as _};
+use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
+use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{self, AcquireReply, LockKeys, Mode, RedisOp, ReleaseReply, Value};
 use crate::time::{Instant, drift};
@@ -130,7 +130,7 @@ impl Machine {
 
     // --- commands ---
 
-    fn on_command(&mut self, cmd: Command) {
+    pub(crate) fn command(&mut self, cmd: Command) {
         let op = match &cmd {
             Command::Acquire(a) => a.op,
             Command::Release { op, .. } | Command::Extend { op, .. } => *op,
@@ -533,7 +533,7 @@ impl Machine {
 
     // --- notices ---
 
-    fn on_notice(&mut self, notice: Notice) {
+    pub(crate) fn notice(&mut self, notice: Notice) {
         match notice {
             Notice::Connected => {
                 if !self.base.closed {
@@ -641,7 +641,7 @@ impl Machine {
 
     // --- timers ---
 
-    fn on_timer(&mut self, timer: Timer) {
+    pub(crate) fn timer(&mut self, timer: Timer) {
         match timer {
             Timer::Request(id) => {
                 if let Some(req) = self.base.requests.remove(&RequestId(id)) {
@@ -886,19 +886,17 @@ impl Machine {
     }
 }
 
-impl crate::engine::Machine for Machine {
-    type Purpose = Purpose;
-
-    fn base(&mut self) -> &mut Base<Purpose> {
+impl Machine {
+    pub(crate) fn base(&mut self) -> &mut Base<Purpose> {
         &mut self.base
     }
 
-    fn base_ref(&self) -> &Base<Purpose> {
+    pub(crate) fn base_ref(&self) -> &Base<Purpose> {
         &self.base
     }
 
     /// A snapshot of a held lock, `None` if it is not held.
-    fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
+    pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         let t = self.tenures.get(&hold.0)?;
         let State::Held(h) = &t.state else {
             return None;
@@ -913,28 +911,13 @@ impl crate::engine::Machine for Machine {
         })
     }
 
-    fn reply(&mut self, id: RequestId, reply: Reply) {
+    pub(crate) fn reply(&mut self, id: RequestId, reply: Reply) {
         if let Some(req) = self.base.answered(id) {
-            let reply = match reply {
-                Ok(Response::Redis(v)) => Ok(v),
-                Ok(other) => Err(Error::MalformedReply(format!(
-                    "a Redis request got {other:?}"
-                ))),
-                Err(e) => Err(Error::from(e)),
-            };
+            let reply = unpack(reply, "Redis", |r| match r {
+                Response::Redis(v) => Ok(v),
+                other => Err(other),
+            });
             self.on_reply(req, reply);
         }
-    }
-
-    fn command(&mut self, cmd: Command) {
-        self.on_command(cmd);
-    }
-
-    fn notice(&mut self, notice: Notice) {
-        self.on_notice(notice);
-    }
-
-    fn timer(&mut self, timer: Timer) {
-        self.on_timer(timer);
     }
 }

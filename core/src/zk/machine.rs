@@ -12,8 +12,8 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::base::{Base, InFlight, check_lease, retry_delay};
-use crate::engine::{Config, HoldInfo, Machine as _};
+use crate::base::{Base, InFlight, check_lease, retry_delay, unpack};
+use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::owner_token;
 use crate::time::{Instant, drift};
@@ -174,7 +174,7 @@ impl Machine {
 
     // --- commands ---
 
-    fn on_command(&mut self, cmd: Command) {
+    pub(crate) fn command(&mut self, cmd: Command) {
         let op = match &cmd {
             Command::Acquire(a) => a.op,
             Command::Release { op, .. } | Command::Extend { op, .. } => *op,
@@ -546,7 +546,7 @@ impl Machine {
 
     // --- notices ---
 
-    fn on_notice(&mut self, notice: Notice) {
+    pub(crate) fn notice(&mut self, notice: Notice) {
         match notice {
             Notice::Connected => {
                 if self.base.closed {
@@ -639,7 +639,7 @@ impl Machine {
 
     // --- timers ---
 
-    fn on_timer(&mut self, timer: Timer) {
+    pub(crate) fn timer(&mut self, timer: Timer) {
         match timer {
             Timer::Request(id) => {
                 if let Some(req) = self.base.requests.remove(&RequestId(id)) {
@@ -921,18 +921,16 @@ pub(crate) fn fencing_token(sequence: u64) -> u64 {
     sequence + 1
 }
 
-impl crate::engine::Machine for Machine {
-    type Purpose = Purpose;
-
-    fn base(&mut self) -> &mut Base<Purpose> {
+impl Machine {
+    pub(crate) fn base(&mut self) -> &mut Base<Purpose> {
         &mut self.base
     }
 
-    fn base_ref(&self) -> &Base<Purpose> {
+    pub(crate) fn base_ref(&self) -> &Base<Purpose> {
         &self.base
     }
 
-    fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
+    pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         let t = self.tenures.get(&hold.0)?;
         let State::Held(h) = &t.state else {
             return None;
@@ -947,28 +945,13 @@ impl crate::engine::Machine for Machine {
         })
     }
 
-    fn reply(&mut self, id: RequestId, reply: Reply) {
+    pub(crate) fn reply(&mut self, id: RequestId, reply: Reply) {
         if let Some(req) = self.base.answered(id) {
-            let reply = match reply {
-                Ok(Response::Zk(r)) => Ok(r),
-                Ok(other) => Err(Error::MalformedReply(format!(
-                    "a ZooKeeper request got {other:?}"
-                ))),
-                Err(e) => Err(Error::from(e)),
-            };
+            let reply = unpack(reply, "ZooKeeper", |r| match r {
+                Response::Zk(v) => Ok(v),
+                other => Err(other),
+            });
             self.on_reply(req, reply);
         }
-    }
-
-    fn command(&mut self, cmd: Command) {
-        self.on_command(cmd);
-    }
-
-    fn notice(&mut self, notice: Notice) {
-        self.on_notice(notice);
-    }
-
-    fn timer(&mut self, timer: Timer) {
-        self.on_timer(timer);
     }
 }
