@@ -117,7 +117,7 @@ test('bad input rejects with DLOCK_INVALID_ARGUMENT before anything is sent', as
   }
   assert.throws(() => client.lock(42), { code: 'DLOCK_INVALID_ARGUMENT' })
   assert.equal(redis.cli('DBSIZE'), keys, 'bad input reached Redis')
-  for (const url of ['', 'redis://', 'http://x', 'memory://a b', 'zk://h:1']) {
+  for (const url of ['', 'redis://', 'http://x', 'memory://a b', 'zk://h', 'zk://h:1?ttl=2']) {
     await assert.rejects(connect(url), { code: 'DLOCK_INVALID_ARGUMENT' }, url)
   }
   await assert.rejects(connect(`redis://127.0.0.1:${await freePort()}`), { code: 'DLOCK_BACKEND' })

@@ -157,7 +157,7 @@ def test_bad_input_raises_invalid_argument_and_sends_nothing(redis: RedisServer,
     assert redis.cli("DBSIZE") == "0"
 
 
-@pytest.mark.parametrize("url", ["", "127.0.0.1:6379", "redis://", "http://x", "memory://a b", "zk://h:1"])
+@pytest.mark.parametrize("url", ["", "127.0.0.1:6379", "redis://", "http://x", "memory://a b", "zk://h", "zk://h:1?ttl=2"])
 def test_bad_urls(url: str) -> None:
     with pytest.raises(dlock.InvalidArgument):
         dlock.connect(url)
