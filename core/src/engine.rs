@@ -2,9 +2,11 @@
 
 use core::time::Duration;
 
+use crate::base::unpack;
 use crate::error::Error;
+use crate::redis::LockStatus;
 use crate::time::Instant;
-use crate::types::{ClientId, HoldId, Input, Output};
+use crate::types::{ClientId, HoldId, Input, Op, Output, Reply, Response};
 use crate::zk::ZkSettings;
 use crate::{redis, zk};
 
@@ -15,6 +17,30 @@ pub enum Protocol {
     Redis,
     /// A ZooKeeper ensemble: [`crate::zk`].
     ZooKeeper(ZkSettings),
+}
+
+impl Protocol {
+    /// The read-only request that shows who holds lock `name` and who waits; answer it with
+    /// [`Protocol::parse_status`]. Checks the name first.
+    pub fn status_request(&self, name: &str) -> Result<Op, Error> {
+        crate::check_name(name)?;
+        Ok(match self {
+            Protocol::Redis => Op::Redis(redis::status(&redis::LockKeys::new(name))),
+            Protocol::ZooKeeper(zk) => Op::Zk(zk::ZkOp::Children {
+                path: zk::lock_dir(&zk.root, name),
+            }),
+        })
+    }
+
+    /// The status from the reply to [`Protocol::status_request`].
+    pub fn parse_status(&self, reply: Reply) -> Result<LockStatus, Error> {
+        match unpack(reply, "status", Ok)? {
+            Response::Redis(value) if *self == Protocol::Redis => redis::parse_status(&value),
+            Response::Zk(zk::ZkReply::Children(children)) => Ok(zk::status(&children)),
+            Response::Zk(zk::ZkReply::NoNode) => Ok(zk::status(&[])),
+            other => Err(Error::MalformedReply(format!("status replied {other:?}"))),
+        }
+    }
 }
 
 /// Engine settings. [`Config::new`] gives the defaults for Redis.

@@ -341,3 +341,22 @@ fn malformed_replies_become_typed_errors() {
         Err(Error::InvalidConfig(_))
     ));
 }
+
+#[test]
+fn status_reads_the_lock_directory() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, acquire(1, Wait::No));
+    let (_, token) = acquired(&bed.take(0));
+    bed.cmd(1, acquire(1, Wait::Forever));
+    let protocol = Protocol::ZooKeeper(ZkSettings::new(SESSION));
+    let Op::Zk(op) = protocol.status_request("job").unwrap() else {
+        panic!("not a ZooKeeper op")
+    };
+    let reply = bed.store.execute(bed.engines[0].1, &op).unwrap().reply;
+    let status = protocol.parse_status(Ok(Response::Zk(reply))).unwrap();
+    assert_eq!(status.fencing_token, token);
+    assert_eq!(status.waiters.len(), 1);
+    assert!(matches!(protocol.status_request(""), Err(Error::EmptyName)));
+    let wrong = protocol.parse_status(Ok(Response::Zk(ZkReply::Done)));
+    assert!(matches!(wrong, Err(Error::MalformedReply(_))));
+}

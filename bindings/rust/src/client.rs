@@ -4,9 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::redis::{self, LockKeys, LockStatus};
-use dlock_core::zk::{self, ZkOp, ZkReply};
-use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, Op, OpId, Response};
+use dlock_core::redis::LockStatus;
+use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId, Protocol};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -30,6 +29,7 @@ pub struct Client {
 struct Inner {
     calls: mpsc::UnboundedSender<Call>,
     transport: Transport,
+    protocol: Protocol,
     ids: Arc<AtomicU64>,
     client_id: ClientId,
 }
@@ -88,7 +88,7 @@ impl ClientBuilder {
         }
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let (transport, protocol) = Transport::connect(&backend, inputs_tx.clone()).await?;
-        config.protocol = protocol;
+        config.protocol = protocol.clone();
         let base = tokio::time::Instant::now();
         let engine = match (self.machine)(config, Instant::from_nanos(0)) {
             Ok(engine) => engine,
@@ -116,6 +116,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 calls,
                 transport,
+                protocol,
                 ids,
                 client_id,
             }),
@@ -158,22 +159,9 @@ impl Client {
 
     /// Who holds `name`, with which token, for how long, and who waits.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
-        dlock_core::check_name(name)?;
-        let op = match &self.inner.transport {
-            Transport::Zk(_) => Op::Zk(ZkOp::Children {
-                path: zk::lock_dir(zk::DEFAULT_ROOT, name),
-            }),
-            _ => Op::Redis(redis::status(&LockKeys::new(name))),
-        };
+        let op = self.inner.protocol.status_request(name)?;
         let reply = self.inner.transport.execute(op).await;
-        match reply.map_err(|e| Error::Engine(e.into()))? {
-            Response::Redis(value) => Ok(redis::parse_status(&value)?),
-            Response::Zk(ZkReply::Children(children)) => Ok(zk::status(&children)),
-            Response::Zk(ZkReply::NoNode) => Ok(zk::status(&[])),
-            Response::Zk(other) => Err(Error::Engine(dlock_core::Error::MalformedReply(format!(
-                "children replied {other:?}"
-            )))),
-        }
+        Ok(self.inner.protocol.parse_status(reply)?)
     }
 
     fn next_id(&self) -> u64 {
