@@ -25,6 +25,7 @@
 mod client;
 mod driver;
 mod error;
+pub mod json;
 mod machine;
 mod transport;
 

@@ -1,0 +1,616 @@
+//! The engine contract as JSON: the form in which Python's `dlock.Engine`, Node's `Engine`
+//! and the test vectors (`tests/vectors/*.json`) pass [`Config`], [`Input`] and [`Output`].
+//!
+//! `docs/PROTOCOL.md` §11 is the reference. In short: every value is an object with a
+//! `type` in kebab case; keys are snake case; instants (`now`, `valid_until`, `until`) are
+//! integer nanoseconds on the host's monotonic clock; durations are integer milliseconds in
+//! keys ending in `_ms`; the client id is 32 lowercase hex digits. A RESP reply is `null`,
+//! an integer, a string (a bulk string in UTF-8), `{"hex": …}` (any other bulk string),
+//! `{"status": …}` or an array of these.
+//!
+//! Decoding is strict: an unknown `type`, a missing or mistyped field, or a number out of
+//! range is a [`JsonError`] naming the field, and nothing reaches the engine.
+
+use core::fmt;
+use core::fmt::Write as _;
+use std::time::Duration;
+
+use dlock_core::redis::{RedisOp, Value};
+use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input, Instant,
+    NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
+    TransportError, Wait,
+};
+use serde_json::{Map, Value as Json, json};
+
+/// A JSON value that does not follow the engine contract: `at` names the offending field
+/// (`input.lease_ms`), `why` says what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    pub at: String,
+    pub why: String,
+}
+
+impl fmt::Display for JsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.why)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+type Result<T> = core::result::Result<T, JsonError>;
+
+/// A field of a JSON object under decoding, with the path used in error messages.
+struct Field<'a> {
+    at: String,
+    value: Option<&'a Json>,
+}
+
+impl<'a> Field<'a> {
+    fn root(at: &str, value: &'a Json) -> Self {
+        Self {
+            at: at.to_owned(),
+            value: Some(value),
+        }
+    }
+
+    fn fail<T>(&self, why: impl Into<String>) -> Result<T> {
+        Err(JsonError {
+            at: self.at.clone(),
+            why: why.into(),
+        })
+    }
+
+    fn get(&self, key: &str) -> Field<'a> {
+        Field {
+            at: format!("{}.{key}", self.at),
+            value: self.value.and_then(|v| v.get(key)),
+        }
+    }
+
+    fn is_absent(&self) -> bool {
+        matches!(self.value, None | Some(Json::Null))
+    }
+
+    fn required(&self) -> Result<&'a Json> {
+        match self.value {
+            Some(v) => Ok(v),
+            None => self.fail("missing"),
+        }
+    }
+
+    fn object(&self) -> Result<&'a Map<String, Json>> {
+        match self.required()? {
+            Json::Object(map) => Ok(map),
+            _ => self.fail("expected an object"),
+        }
+    }
+
+    fn kind(&self) -> Result<&'a str> {
+        self.object()?;
+        self.get("type").str()
+    }
+
+    fn str(&self) -> Result<&'a str> {
+        match self.required()? {
+            Json::String(s) => Ok(s),
+            _ => self.fail("expected a string"),
+        }
+    }
+
+    fn u64(&self) -> Result<u64> {
+        match self.required()?.as_u64() {
+            Some(n) => Ok(n),
+            None => self.fail("expected a non-negative integer"),
+        }
+    }
+
+    fn ms(&self) -> Result<Duration> {
+        self.u64().map(Duration::from_millis)
+    }
+
+    fn instant(&self) -> Result<Instant> {
+        self.u64().map(Instant::from_nanos)
+    }
+
+    fn array(&self) -> Result<&'a [Json]> {
+        match self.required()? {
+            Json::Array(items) => Ok(items),
+            _ => self.fail("expected an array"),
+        }
+    }
+
+    fn strings(&self) -> Result<Vec<String>> {
+        let items = self.array()?;
+        (0..items.len())
+            .map(|i| self.index(i).str().map(str::to_owned))
+            .collect()
+    }
+
+    fn index(&self, i: usize) -> Field<'a> {
+        Field {
+            at: format!("{}[{i}]", self.at),
+            value: self.value.and_then(|v| v.get(i)),
+        }
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>> {
+        match self.required()? {
+            Json::String(s) => Ok(s.clone().into_bytes()),
+            Json::Object(_) => unhex(&self.get("hex")),
+            _ => self.fail("expected a string or {\"hex\": …}"),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn unhex(field: &Field<'_>) -> Result<Vec<u8>> {
+    let text = field.str()?;
+    if text.len() % 2 != 0 {
+        return field.fail("odd number of hex digits");
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(text.get(i..i + 2).unwrap_or("x"), 16)
+                .or_else(|_| field.fail("not hex"))
+        })
+        .collect()
+}
+
+fn ms(d: Duration) -> Json {
+    json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Bytes as a JSON string when they are UTF-8, `{"hex": …}` otherwise.
+fn bytes(data: &[u8]) -> Json {
+    match core::str::from_utf8(data) {
+        Ok(text) => json!(text),
+        Err(_) => json!({ "hex": hex(data) }),
+    }
+}
+
+/// The engine configuration from JSON; absent fields take [`Config::new`]'s defaults, the
+/// protocol defaults to Redis.
+pub fn config_from_json(value: &Json) -> Result<Config> {
+    let f = Field::root("config", value);
+    f.object()?;
+    let id = f.get("client_id");
+    let text = id.str()?;
+    let client_id = match u128::from_str_radix(text, 16) {
+        Ok(n) if text.len() == 32 && !text.starts_with('+') => ClientId(n),
+        _ => return id.fail("expected 32 hex digits"),
+    };
+    let mut config = Config::new(client_id);
+    let field = f.get("waiter_lease_ms");
+    if !field.is_absent() {
+        config.waiter_lease = field.ms()?;
+    }
+    let field = f.get("request_timeout_ms");
+    if !field.is_absent() {
+        config.request_timeout = field.ms()?;
+    }
+    let field = f.get("max_batch");
+    if !field.is_absent() {
+        config.max_batch = usize::try_from(field.u64()?).unwrap_or(usize::MAX);
+    }
+    let p = f.get("protocol");
+    if !p.is_absent() {
+        config.protocol = match p.kind()? {
+            "redis" => Protocol::Redis,
+            "zookeeper" => {
+                let mut zk = ZkSettings::new(p.get("session_timeout_ms").ms()?);
+                let root = p.get("root");
+                if !root.is_absent() {
+                    root.str()?.clone_into(&mut zk.root);
+                }
+                Protocol::ZooKeeper(zk)
+            }
+            other => return p.get("type").fail(format!("unknown protocol {other:?}")),
+        };
+    }
+    Ok(config)
+}
+
+pub fn config_to_json(config: &Config) -> Json {
+    let protocol = match &config.protocol {
+        Protocol::Redis => json!({ "type": "redis" }),
+        Protocol::ZooKeeper(zk) => json!({
+            "type": "zookeeper",
+            "root": zk.root,
+            "session_timeout_ms": ms(zk.session_timeout),
+        }),
+    };
+    json!({
+        "client_id": format!("{:032x}", config.client_id.0),
+        "waiter_lease_ms": ms(config.waiter_lease),
+        "request_timeout_ms": ms(config.request_timeout),
+        "max_batch": config.max_batch,
+        "protocol": protocol,
+    })
+}
+
+/// One engine input from JSON: a command, a reply or a notice.
+pub fn input_from_json(value: &Json) -> Result<Input> {
+    let f = Field::root("input", value);
+    let op = || f.get("op").u64().map(OpId);
+    let hold = || f.get("hold").u64().map(HoldId);
+    Ok(match f.kind()? {
+        "acquire" => {
+            let w = f.get("wait");
+            let wait = match w.required()? {
+                Json::String(s) if s == "no" => Wait::No,
+                Json::String(s) if s == "forever" => Wait::Forever,
+                Json::Object(_) => Wait::Until(w.get("until").instant()?),
+                _ => return w.fail("expected \"no\", \"forever\" or {\"until\": ns}"),
+            };
+            let max_hold = f.get("max_hold_ms");
+            Input::Command(Command::Acquire(Acquire {
+                op: op()?,
+                name: f.get("name").str()?.to_owned(),
+                owner: f.get("owner").u64()?,
+                lease: f.get("lease_ms").ms()?,
+                wait,
+                max_hold: if max_hold.is_absent() {
+                    None
+                } else {
+                    Some(max_hold.ms()?)
+                },
+            }))
+        }
+        "release" => Input::Command(Command::Release {
+            op: op()?,
+            hold: hold()?,
+        }),
+        "extend" => Input::Command(Command::Extend {
+            op: op()?,
+            hold: hold()?,
+            lease: f.get("lease_ms").ms()?,
+        }),
+        "cancel" => Input::Command(Command::Cancel { op: op()? }),
+        "reply" => Input::Reply {
+            id: dlock_core::RequestId(f.get("id").u64()?),
+            reply: reply_from_json(&f)?,
+        },
+        "connected" => Input::Notice(Notice::Connected),
+        "disconnected" => Input::Notice(Notice::Disconnected),
+        "message" => Input::Notice(Notice::Message {
+            channel: f.get("channel").str()?.to_owned(),
+            payload: f.get("payload").bytes()?,
+        }),
+        "watch" => Input::Notice(Notice::Watch {
+            path: f.get("path").str()?.to_owned(),
+        }),
+        "session-expired" => Input::Notice(Notice::SessionExpired),
+        "closed" => Input::Notice(Notice::Closed),
+        other => return f.get("type").fail(format!("unknown input {other:?}")),
+    })
+}
+
+fn reply_from_json(f: &Field<'_>) -> Result<Reply> {
+    let (value, zk, error) = (f.get("value"), f.get("zk"), f.get("error"));
+    let given = [&value, &zk, &error]
+        .iter()
+        .filter(|x| x.value.is_some())
+        .count();
+    if given != 1 {
+        return f.fail("a reply has exactly one of \"value\" (Redis), \"zk\" or \"error\"");
+    }
+    if value.value.is_some() {
+        return Ok(Ok(Response::Redis(resp_from_json(&value)?)));
+    }
+    if zk.value.is_some() {
+        return Ok(Ok(Response::Zk(match zk.kind()? {
+            "done" => ZkReply::Done,
+            "created" => ZkReply::Created(zk.get("path").str()?.to_owned()),
+            "children" => ZkReply::Children(zk.get("names").strings()?),
+            "no-node" => ZkReply::NoNode,
+            other => return zk.get("type").fail(format!("unknown ZooKeeper reply {other:?}")),
+        })));
+    }
+    let message = error.get("message").str()?.to_owned();
+    Ok(Err(match error.kind()? {
+        "unavailable" => TransportError::Unavailable(message),
+        "server" => TransportError::Server(message),
+        other => return error.get("type").fail(format!("unknown transport error {other:?}")),
+    }))
+}
+
+fn resp_from_json(f: &Field<'_>) -> Result<Value> {
+    Ok(match f.required()? {
+        Json::Null => Value::Nil,
+        Json::Number(n) => match n.as_i64() {
+            Some(n) => Value::Int(n),
+            None => return f.fail("expected a 64-bit integer"),
+        },
+        Json::String(s) => Value::Data(s.clone().into_bytes()),
+        Json::Array(items) => Value::Array(
+            (0..items.len())
+                .map(|i| resp_from_json(&f.index(i)))
+                .collect::<Result<_>>()?,
+        ),
+        Json::Object(map) if map.contains_key("status") => {
+            Value::Status(f.get("status").str()?.to_owned())
+        }
+        Json::Object(_) => Value::Data(f.bytes()?),
+        Json::Bool(_) => return f.fail("RESP has no booleans"),
+    })
+}
+
+fn resp_to_json(value: &Value) -> Json {
+    match value {
+        Value::Nil => Json::Null,
+        Value::Int(n) => json!(n),
+        Value::Data(data) => bytes(data),
+        Value::Status(s) => json!({ "status": s }),
+        Value::Array(items) => Json::Array(items.iter().map(resp_to_json).collect()),
+    }
+}
+
+fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
+    match reply {
+        Ok(Response::Redis(value)) => ("value", resp_to_json(value)),
+        Ok(Response::Zk(ZkReply::Done)) => ("zk", json!({ "type": "done" })),
+        Ok(Response::Zk(ZkReply::Created(path))) => {
+            ("zk", json!({ "type": "created", "path": path }))
+        }
+        Ok(Response::Zk(ZkReply::Children(names))) => {
+            ("zk", json!({ "type": "children", "names": names }))
+        }
+        Ok(Response::Zk(ZkReply::NoNode)) => ("zk", json!({ "type": "no-node" })),
+        Err(TransportError::Unavailable(m)) => {
+            ("error", json!({ "type": "unavailable", "message": m }))
+        }
+        Err(TransportError::Server(m)) => ("error", json!({ "type": "server", "message": m })),
+        // TransportError is non-exhaustive; a new kind gets its name here first.
+        Err(e) => ("error", json!({ "type": "unavailable", "message": format!("{e:?}") })),
+    }
+}
+
+/// The JSON form of an input (what [`input_from_json`] reads back).
+pub fn input_to_json(input: &Input) -> Json {
+    match input {
+        Input::Command(Command::Acquire(a)) => {
+            let wait = match a.wait {
+                Wait::No => json!("no"),
+                Wait::Forever => json!("forever"),
+                Wait::Until(t) => json!({ "until": t.as_nanos() }),
+            };
+            json!({
+                "type": "acquire",
+                "op": a.op.0,
+                "name": a.name,
+                "owner": a.owner,
+                "lease_ms": ms(a.lease),
+                "wait": wait,
+                "max_hold_ms": a.max_hold.map(ms),
+            })
+        }
+        Input::Command(Command::Release { op, hold }) => {
+            json!({ "type": "release", "op": op.0, "hold": hold.0 })
+        }
+        Input::Command(Command::Extend { op, hold, lease }) => {
+            json!({ "type": "extend", "op": op.0, "hold": hold.0, "lease_ms": ms(*lease) })
+        }
+        Input::Command(Command::Cancel { op }) => json!({ "type": "cancel", "op": op.0 }),
+        Input::Reply { id, reply } => {
+            let (key, value) = reply_to_json(reply);
+            let mut map = Map::new();
+            map.insert("type".into(), json!("reply"));
+            map.insert("id".into(), json!(id.0));
+            map.insert(key.into(), value);
+            Json::Object(map)
+        }
+        Input::Notice(Notice::Connected) => json!({ "type": "connected" }),
+        Input::Notice(Notice::Disconnected) => json!({ "type": "disconnected" }),
+        Input::Notice(Notice::Message { channel, payload }) => {
+            json!({ "type": "message", "channel": channel, "payload": bytes(payload) })
+        }
+        Input::Notice(Notice::Watch { path }) => json!({ "type": "watch", "path": path }),
+        Input::Notice(Notice::SessionExpired) => json!({ "type": "session-expired" }),
+        Input::Notice(Notice::Closed) => json!({ "type": "closed" }),
+    }
+}
+
+/// A backend operation as JSON: `eval` (script name, keys, args), `subscribe`, or one of the
+/// ZooKeeper operations (`create-parents`, `create-sequential`, `delete`, `children`,
+/// `watch`, `exists`).
+pub fn op_to_json(op: &Op) -> Json {
+    match op {
+        Op::Redis(RedisOp::Eval { script, keys, args }) => {
+            json!({ "type": "eval", "script": script.name(), "keys": keys, "args": args })
+        }
+        Op::Redis(RedisOp::Subscribe { channel }) => {
+            json!({ "type": "subscribe", "channel": channel })
+        }
+        Op::Zk(ZkOp::CreateParents { path }) => json!({ "type": "create-parents", "path": path }),
+        Op::Zk(ZkOp::CreateSequential { prefix }) => {
+            json!({ "type": "create-sequential", "prefix": prefix })
+        }
+        Op::Zk(ZkOp::Delete { path }) => json!({ "type": "delete", "path": path }),
+        Op::Zk(ZkOp::Children { path }) => json!({ "type": "children", "path": path }),
+        Op::Zk(ZkOp::Watch { path }) => json!({ "type": "watch", "path": path }),
+        Op::Zk(ZkOp::Exists { path }) => json!({ "type": "exists", "path": path }),
+    }
+}
+
+/// An error's stable kind: `empty-name`, `name-too-long`, `invalid-lease`, `duplicate-op`,
+/// `not-held`, `already-waiting`, `closed`, `invalid-config`, `unavailable`, `timeout`,
+/// `backend`, `malformed-reply`, `lock-lost`, `session-expired`.
+pub fn error_kind(error: &Error) -> &'static str {
+    match error {
+        Error::EmptyName => "empty-name",
+        Error::NameTooLong { .. } => "name-too-long",
+        Error::InvalidLease { .. } => "invalid-lease",
+        Error::DuplicateOp { .. } => "duplicate-op",
+        Error::NotHeld { .. } => "not-held",
+        Error::AlreadyWaiting { .. } => "already-waiting",
+        Error::Closed => "closed",
+        Error::InvalidConfig(_) => "invalid-config",
+        Error::Unavailable(_) => "unavailable",
+        Error::Timeout => "timeout",
+        Error::Backend(_) => "backend",
+        Error::MalformedReply(_) => "malformed-reply",
+        Error::LockLost { .. } => "lock-lost",
+        Error::SessionExpired => "session-expired",
+        // Error is non-exhaustive; a new variant gets its name above.
+        _ => "error",
+    }
+}
+
+/// An error as `{"type": kind, "message": …, "misuse": bool}`.
+pub fn error_to_json(error: &Error) -> Json {
+    json!({
+        "type": error_kind(error),
+        "message": error.to_string(),
+        "misuse": error.is_misuse(),
+    })
+}
+
+fn not_acquired(reason: NotAcquired) -> &'static str {
+    match reason {
+        NotAcquired::Busy => "busy",
+        NotAcquired::TimedOut => "timed-out",
+        NotAcquired::Cancelled => "cancelled",
+    }
+}
+
+/// One engine output as JSON: `request` (with `id` and `op`) or one of the events.
+pub fn output_to_json(output: &Output) -> Json {
+    match output {
+        Output::Request(r) => json!({ "type": "request", "id": r.id.0, "op": op_to_json(&r.op) }),
+        Output::Event(e) => event_to_json(e),
+    }
+}
+
+fn event_to_json(event: &Event) -> Json {
+    match event {
+        Event::Acquired {
+            op,
+            hold,
+            fencing_token,
+            valid_until,
+            count,
+        } => json!({
+            "type": "acquired",
+            "op": op.0,
+            "hold": hold.0,
+            "fencing_token": fencing_token,
+            "valid_until": valid_until.as_nanos(),
+            "count": count,
+        }),
+        Event::NotAcquired { op, reason } => {
+            json!({ "type": "not-acquired", "op": op.0, "reason": not_acquired(*reason) })
+        }
+        Event::Released { op, hold, count } => {
+            json!({ "type": "released", "op": op.0, "hold": hold.0, "count": count })
+        }
+        Event::Extended {
+            op,
+            hold,
+            valid_until,
+        } => json!({
+            "type": "extended",
+            "op": op.0,
+            "hold": hold.0,
+            "valid_until": valid_until.as_nanos(),
+        }),
+        Event::Failed { op, error } => {
+            json!({ "type": "failed", "op": op.0, "error": error_to_json(error) })
+        }
+        Event::Renewed { hold, valid_until } => json!({
+            "type": "renewed",
+            "hold": hold.0,
+            "valid_until": valid_until.as_nanos(),
+        }),
+        Event::Lost { hold, reason } => {
+            json!({ "type": "lost", "hold": hold.0, "reason": reason.as_str() })
+        }
+    }
+}
+
+/// A held lock's snapshot as JSON.
+pub fn hold_to_json(info: &HoldInfo) -> Json {
+    json!({
+        "name": info.name,
+        "owner": info.owner,
+        "fencing_token": info.fencing_token,
+        "count": info.count,
+        "lease_ms": ms(info.lease),
+        "valid_until": info.valid_until.as_nanos(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(input: Input) {
+        let json = input_to_json(&input);
+        assert_eq!(input_from_json(&json), Ok(input), "{json}");
+    }
+
+    #[test]
+    fn inputs_round_trip() {
+        roundtrip(Input::Command(Command::Acquire(Acquire {
+            op: OpId(1),
+            name: "a/b".into(),
+            owner: 7,
+            lease: Duration::from_millis(1500),
+            wait: Wait::Until(Instant::from_nanos(9)),
+            max_hold: Some(Duration::from_secs(3)),
+        })));
+        roundtrip(Input::Reply {
+            id: dlock_core::RequestId(4),
+            reply: Ok(Response::Redis(Value::Array(vec![
+                Value::Nil,
+                Value::Int(-3),
+                Value::Data(b"tok".to_vec()),
+                Value::Data(vec![0xff, 0x00]),
+                Value::Status("OK".into()),
+            ]))),
+        });
+        roundtrip(Input::Reply {
+            id: dlock_core::RequestId(5),
+            reply: Ok(Response::Zk(ZkReply::Children(vec!["x".into()]))),
+        });
+        roundtrip(Input::Reply {
+            id: dlock_core::RequestId(6),
+            reply: Err(TransportError::Server("ERR".into())),
+        });
+        roundtrip(Input::Notice(Notice::Message {
+            channel: "c".into(),
+            payload: vec![0xc3],
+        }));
+    }
+
+    #[test]
+    fn bad_json_names_the_field() {
+        let err = |v: Json| input_from_json(&v).unwrap_err().to_string();
+        assert_eq!(
+            err(json!({"type": "acquire", "op": 1, "name": "a", "owner": 1, "lease_ms": -5, "wait": "no"})),
+            "input.lease_ms: expected a non-negative integer"
+        );
+        assert_eq!(err(json!({"type": "nope"})), "input.type: unknown input \"nope\"");
+        assert_eq!(err(json!([1])), "input: expected an object");
+        assert_eq!(
+            err(json!({"type": "reply", "id": 1})),
+            "input: a reply has exactly one of \"value\" (Redis), \"zk\" or \"error\""
+        );
+        assert_eq!(
+            err(json!({"type": "reply", "id": 1, "value": {"hex": "f"}})),
+            "input.value.hex: odd number of hex digits"
+        );
+        let config = config_from_json(&json!({"client_id": "12"})).unwrap_err();
+        assert_eq!(config.to_string(), "config.client_id: expected 32 hex digits");
+    }
+}

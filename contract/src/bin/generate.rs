@@ -1,0 +1,912 @@
+//! Writes `tests/vectors/*.json`: `just vectors` (or `cargo run -p dlock-contract --bin
+//! generate -- DIR`).
+//!
+//! Each scenario drives one native engine — the subject, whose every step is recorded —
+//! against dlock-core's reference Redis or ZooKeeper, sometimes beside other engines (ghosts)
+//! that hold or release the same lock without being recorded. Requests are answered by the
+//! reference server at once unless the scenario takes them over to answer by hand (lost,
+//! late, failed or malformed replies).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dlock::json::{config_to_json, input_to_json, output_to_json};
+use dlock_core::redis::reference::Store as RedisStore;
+use dlock_core::redis::{RedisOp, Value};
+use dlock_core::zk::reference::{SessionId, Store as ZkStore};
+use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
+use dlock_core::{
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, Op, OpId,
+    Output, Protocol, Reply, Request, RequestId, Response, TransportError, Wait,
+};
+use serde_json::{Value as Json, json};
+
+const MS: u64 = 1_000_000;
+const SUBJECT: usize = 0;
+
+enum Server {
+    Redis(RedisStore),
+    Zk {
+        store: ZkStore,
+        sessions: Vec<SessionId>,
+    },
+}
+
+/// One scenario under way.
+struct Bed {
+    name: &'static str,
+    about: &'static str,
+    config: Config,
+    start: Instant,
+    now: Instant,
+    server: Server,
+    /// `engines[0]` is the subject.
+    engines: Vec<Engine>,
+    steps: Vec<Json>,
+    /// Inputs on their way to an engine, in delivery order.
+    deliveries: VecDeque<(usize, Input)>,
+    /// While true the subject's requests are kept in `held` for the scenario to answer.
+    manual: bool,
+    held: Vec<Request>,
+    events: Vec<Event>,
+}
+
+fn config(id: u128, protocol: &Protocol) -> Config {
+    Config {
+        protocol: protocol.clone(),
+        ..Config::new(ClientId(0x5eed_0000_0000_0000_0000_0000_0000_0000 | id))
+    }
+}
+
+fn zookeeper() -> Protocol {
+    Protocol::ZooKeeper(ZkSettings::new(Duration::from_secs(6)))
+}
+
+impl Bed {
+    fn new(name: &'static str, about: &'static str, protocol: Protocol, ghosts: usize) -> Self {
+        Self::with(name, about, config(1, &protocol), ghosts)
+    }
+
+    fn redis(name: &'static str, about: &'static str) -> Self {
+        Self::new(name, about, Protocol::Redis, 1)
+    }
+
+    fn zk(name: &'static str, about: &'static str) -> Self {
+        Self::new(name, about, zookeeper(), 1)
+    }
+
+    fn with(name: &'static str, about: &'static str, subject: Config, ghosts: usize) -> Self {
+        let start = Instant::from_nanos(1_000 * MS);
+        let mut configs = vec![subject.clone()];
+        configs.extend((0..ghosts).map(|g| config(2 + g as u128, &subject.protocol)));
+        let server = match subject.protocol {
+            Protocol::Redis => Server::Redis(RedisStore::new()),
+            Protocol::ZooKeeper(_) => {
+                let mut store = ZkStore::new();
+                let sessions = configs.iter().map(|_| store.open_session()).collect();
+                Server::Zk { store, sessions }
+            }
+        };
+        let engines = configs
+            .iter()
+            .map(|c| Engine::new(c.clone(), start).expect("a valid configuration"))
+            .collect();
+        let mut bed = Bed {
+            name,
+            about,
+            config: subject,
+            start,
+            now: start,
+            server,
+            engines,
+            steps: Vec::new(),
+            deliveries: VecDeque::new(),
+            manual: false,
+            held: Vec::new(),
+            events: Vec::new(),
+        };
+        bed.step(None);
+        bed.settle();
+        bed
+    }
+
+    /// Feeds the subject, records the step, routes its requests.
+    fn step(&mut self, input: Option<Input>) {
+        let mut step = json!({ "now": self.now.as_nanos() });
+        match input {
+            Some(input) => {
+                step["input"] = input_to_json(&input);
+                self.engines[SUBJECT].handle_input(self.now, input);
+            }
+            None => self.engines[SUBJECT].handle_timeout(self.now),
+        }
+        let mut outputs = Vec::new();
+        while let Some(out) = self.engines[SUBJECT].poll_output() {
+            outputs.push(output_to_json(&out));
+            match out {
+                Output::Request(r) if self.manual => self.held.push(r),
+                Output::Request(r) => self.serve(SUBJECT, r),
+                Output::Event(e) => self.events.push(e),
+            }
+        }
+        step["outputs"] = Json::Array(outputs);
+        step["timeout"] = json!(self.engines[SUBJECT].poll_timeout().map(Instant::as_nanos));
+        self.steps.push(step);
+    }
+
+    /// Runs `op` for engine `who` on the reference server; its reply and any notices it
+    /// causes join the deliveries.
+    fn serve(&mut self, who: usize, Request { id, op }: Request) {
+        let (reply, notices) = self.run(who, op);
+        // The reply first, then the notices the same request caused.
+        self.deliveries.push_back((who, Input::Reply { id, reply }));
+        self.deliveries
+            .extend(notices.into_iter().map(|(to, n)| (to, Input::Notice(n))));
+    }
+
+    /// Runs `op` for engine `who` on the reference server: its reply, and the notices it
+    /// causes for each engine.
+    fn run(&mut self, who: usize, op: Op) -> (Reply, Vec<(usize, Notice)>) {
+        let now_ms = self.now.as_nanos() / MS;
+        let mut notices = Vec::new();
+        let reply: Reply = match (&mut self.server, op) {
+            (Server::Redis(_), Op::Redis(RedisOp::Subscribe { .. })) => {
+                Ok(Response::Redis(Value::Status("OK".into())))
+            }
+            (Server::Redis(store), Op::Redis(RedisOp::Eval { script, keys, args })) => {
+                match store.eval(now_ms, script, &keys, &args) {
+                    Ok(outcome) => {
+                        for (channel, payload) in outcome.published {
+                            if let Some(to) =
+                                self.engines.iter().position(|e| e.wake_channel() == channel)
+                            {
+                                notices.push((to, Notice::Message { channel, payload }));
+                            }
+                        }
+                        Ok(Response::Redis(outcome.reply))
+                    }
+                    Err(e) => Err(TransportError::Server(e)),
+                }
+            }
+            (Server::Zk { store, sessions }, Op::Zk(op)) => {
+                match store.execute(sessions[who], &op) {
+                    Ok(outcome) => {
+                        for (session, path) in outcome.fired {
+                            if let Some(to) = sessions.iter().position(|s| *s == session) {
+                                notices.push((to, Notice::Watch { path }));
+                            }
+                        }
+                        Ok(Response::Zk(outcome.reply))
+                    }
+                    Err(_) => Err(TransportError::Unavailable("session expired".into())),
+                }
+            }
+            (_, op) => panic!("{op:?} sent to the wrong server"),
+        };
+        (reply, notices)
+    }
+
+    /// Delivers everything on its way and serves every ghost's requests until all is quiet.
+    fn settle(&mut self) {
+        loop {
+            for g in 1..self.engines.len() {
+                while let Some(out) = self.engines[g].poll_output() {
+                    if let Output::Request(r) = out {
+                        self.serve(g, r);
+                    }
+                }
+            }
+            let Some((to, input)) = self.deliveries.pop_front() else {
+                return;
+            };
+            if to == SUBJECT {
+                self.step(Some(input));
+            } else {
+                self.engines[to].handle_input(self.now, input);
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input) -> &mut Self {
+        self.step(Some(input));
+        self.settle();
+        self
+    }
+
+    fn command(&mut self, command: Command) -> &mut Self {
+        self.input(Input::Command(command))
+    }
+
+    fn notice(&mut self, notice: Notice) -> &mut Self {
+        self.input(Input::Notice(notice))
+    }
+
+    fn ghost(&mut self, g: usize, command: Command) -> &mut Self {
+        self.engines[g].handle_input(self.now, Input::Command(command));
+        self.settle();
+        self
+    }
+
+    /// Moves the clock on by `ms`, running every engine's timers on the way.
+    fn advance(&mut self, ms: u64) -> &mut Self {
+        let end = self.now + Duration::from_millis(ms);
+        while let Some(at) = self
+            .engines
+            .iter()
+            .filter_map(Engine::poll_timeout)
+            .min()
+            .filter(|at| *at <= end)
+        {
+            self.now = self.now.max(at);
+            if self.engines[SUBJECT].poll_timeout() <= Some(self.now) {
+                self.step(None);
+            }
+            for g in 1..self.engines.len() {
+                self.engines[g].handle_timeout(self.now);
+            }
+            self.settle();
+        }
+        self.now = end;
+        self
+    }
+
+    /// From now on the scenario answers the subject's requests itself.
+    fn by_hand(&mut self) -> &mut Self {
+        self.manual = true;
+        self
+    }
+
+    /// Answers the subject's requests from the server again (held ones stay held).
+    fn by_server(&mut self) -> &mut Self {
+        self.manual = false;
+        self
+    }
+
+    /// The oldest request the subject sent while answered by hand.
+    fn take(&mut self) -> Request {
+        assert!(!self.held.is_empty(), "{}: no request is waiting", self.name);
+        self.held.remove(0)
+    }
+
+    /// Answers the oldest held request from the server.
+    fn pass(&mut self) -> &mut Self {
+        let r = self.take();
+        self.serve(SUBJECT, r);
+        self.settle();
+        self
+    }
+
+    /// Back to the server: every held request is answered by it, and so are later ones.
+    fn flush(&mut self) -> &mut Self {
+        self.manual = false;
+        while !self.held.is_empty() {
+            self.pass();
+        }
+        self
+    }
+
+    fn answer(&mut self, reply: Reply) -> &mut Self {
+        let id = self.take().id;
+        self.input(Input::Reply { id, reply })
+    }
+
+    fn answer_late(&mut self, id: RequestId, reply: Reply) -> &mut Self {
+        self.input(Input::Reply { id, reply })
+    }
+
+    /// The hold the subject's acquire `op` got.
+    fn hold(&self, op: u64) -> HoldId {
+        self.events
+            .iter()
+            .find_map(|e| match e {
+                Event::Acquired { op: o, hold, .. } if o.0 == op => Some(*hold),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{}: acquire {op} did not succeed", self.name))
+    }
+
+    /// Ends the subject's ZooKeeper session on the server (watches fire), and opens a new one
+    /// for its next connection.
+    fn expire_session(&mut self) -> &mut Self {
+        let Server::Zk { store, sessions } = &mut self.server else {
+            panic!("not ZooKeeper")
+        };
+        let fired = store.expire(sessions[SUBJECT]);
+        sessions[SUBJECT] = store.open_session();
+        for (session, path) in fired {
+            if let Some(to) = sessions.iter().position(|s| *s == session) {
+                self.deliveries
+                    .push_back((to, Input::Notice(Notice::Watch { path })));
+            }
+        }
+        self.settle();
+        self
+    }
+
+    /// Restarts the Redis server without persistence: every key is gone.
+    fn wipe_redis(&mut self) -> &mut Self {
+        self.server = Server::Redis(RedisStore::new());
+        self
+    }
+
+    fn finish(&self) -> Json {
+        assert!(
+            self.held.is_empty(),
+            "{}: {} requests left unanswered on purpose? take them. Steps so far:\n{}",
+            self.name,
+            self.held.len(),
+            self.steps.iter().map(Json::to_string).collect::<Vec<_>>().join("\n")
+        );
+        json!({
+            "name": self.name,
+            "about": self.about,
+            "config": config_to_json(&self.config),
+            "start": self.start.as_nanos(),
+            "steps": self.steps,
+        })
+    }
+}
+
+fn acquire(op: u64, name: &str, owner: u64, lease_ms: u64, wait: Wait) -> Command {
+    Command::Acquire(Acquire {
+        op: OpId(op),
+        name: name.into(),
+        owner,
+        lease: Duration::from_millis(lease_ms),
+        wait,
+        max_hold: None,
+    })
+}
+
+fn try_lock(op: u64, name: &str) -> Command {
+    acquire(op, name, 1, 10_000, Wait::No)
+}
+
+fn wait_lock(op: u64, name: &str) -> Command {
+    acquire(op, name, 1, 10_000, Wait::Forever)
+}
+
+fn release(op: u64, hold: HoldId) -> Command {
+    Command::Release { op: OpId(op), hold }
+}
+
+fn extend(op: u64, hold: HoldId, lease_ms: u64) -> Command {
+    Command::Extend {
+        op: OpId(op),
+        hold,
+        lease: Duration::from_millis(lease_ms),
+    }
+}
+
+fn redis_value(v: Value) -> Reply {
+    Ok(Response::Redis(v))
+}
+
+fn zk_reply(r: ZkReply) -> Reply {
+    Ok(Response::Zk(r))
+}
+
+fn unavailable() -> Reply {
+    Err(TransportError::Unavailable("connection reset by peer".into()))
+}
+
+/// The scenarios that apply to either backend, with the protocol as a parameter.
+fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
+    let new = |name: &'static str, about: &'static str| Bed::new(name, about, protocol.clone(), 1);
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let name = |n: &str| leak(format!("{p}-{n}"));
+    let mut out = Vec::new();
+
+    let mut b = new(name("acquire-free"), "A free lock is acquired at once, with fencing token 1.");
+    b.command(try_lock(1, "orders/42"));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("acquire-reentrant"),
+        "The same owner acquiring a held lock gets the same hold and token, count 2, with no request; two releases free it.",
+    );
+    b.command(try_lock(1, "jobs"));
+    let h = b.hold(1);
+    b.command(try_lock(2, "jobs"))
+        .command(release(3, h))
+        .command(release(4, h));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("acquire-busy"),
+        "Try-acquire of a lock another client holds ends Busy and leaves nothing behind.",
+    );
+    b.ghost(1, try_lock(1, "jobs")).command(try_lock(1, "jobs"));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("hand-off"),
+        "A waiter queues behind another client; that client's release hands the lock over with the next token.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .advance(200);
+    b.ghost(1, release(2, HoldId(1))).advance(1_000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("wait-timeout"),
+        "A waiter whose deadline passes ends TimedOut and leaves the queue.",
+    );
+    let until = b.now + Duration::from_millis(1500);
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(acquire(1, "jobs", 1, 10_000, Wait::Until(until)))
+        .advance(2000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("cancel"),
+        "Cancel ends a waiting acquire with Cancelled and takes it out of the queue; cancelling again is a no-op.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .command(Command::Cancel { op: OpId(1) })
+        .command(Command::Cancel { op: OpId(1) });
+    out.push(b.finish());
+
+    let mut b = new(name("release"), "Release frees the lock: count 0.");
+    b.command(try_lock(1, "jobs"));
+    let h = b.hold(1);
+    b.command(release(2, h));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("release-not-held"),
+        "Releasing a hold that was never acquired, or twice, fails NotHeld without a request.",
+    );
+    b.command(release(1, HoldId(99)));
+    b.command(try_lock(2, "jobs"));
+    let h = b.hold(2);
+    b.command(release(3, h)).command(release(4, h));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("extend"),
+        "Extend renews the hold now with a longer lease, which later renewals keep.",
+    );
+    b.command(try_lock(1, "jobs"));
+    let h = b.hold(1);
+    b.advance(1000).command(extend(2, h, 30_000)).advance(12_000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("extend-not-held"),
+        "Extending an unknown hold fails NotHeld; a bad lease fails InvalidLease.",
+    );
+    b.command(extend(1, HoldId(5), 10_000));
+    b.command(try_lock(2, "jobs"));
+    let h = b.hold(2);
+    b.command(extend(3, h, 0));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("watchdog"),
+        "A held lock is renewed in the background and reported Renewed, for as long as it is held.",
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No)).advance(7_000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("max-hold"),
+        "A hold with max_hold is released by the engine when the bound is reached and reported lost (max-hold).",
+    );
+    b.command(Command::Acquire(Acquire {
+        max_hold: Some(Duration::from_millis(2500)),
+        ..match acquire(1, "jobs", 1, 10_000, Wait::No) {
+            Command::Acquire(a) => a,
+            _ => unreachable!(),
+        }
+    }))
+    .advance(3000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("bad-names"),
+        "Empty and oversized names fail before anything is sent.",
+    );
+    b.command(try_lock(1, "")).command(try_lock(2, &"x".repeat(1025)));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("bad-leases"),
+        "Leases below 10 ms or above 7 days, and such a max_hold, fail InvalidLease before anything is sent.",
+    );
+    b.command(acquire(1, "jobs", 1, 0, Wait::No))
+        .command(acquire(2, "jobs", 1, 9, Wait::No))
+        .command(acquire(3, "jobs", 1, 7 * 24 * 3600 * 1000 + 1, Wait::No))
+        .command(Command::Acquire(Acquire {
+            max_hold: Some(Duration::from_millis(1)),
+            ..match acquire(4, "jobs", 1, 10_000, Wait::No) {
+                Command::Acquire(a) => a,
+                _ => unreachable!(),
+            }
+        }));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("duplicate-op"),
+        "An op id still in use fails DuplicateOp; the first command goes on.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .command(try_lock(1, "other"))
+        .command(Command::Cancel { op: OpId(1) });
+    out.push(b.finish());
+
+    let mut b = new(
+        name("already-waiting"),
+        "The same owner waiting twice for one lock fails AlreadyWaiting; another owner may queue.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .command(wait_lock(2, "jobs"))
+        .command(acquire(3, "jobs", 2, 10_000, Wait::No))
+        .command(Command::Cancel { op: OpId(1) });
+    out.push(b.finish());
+
+    let mut b = new(
+        name("request-timeout"),
+        "An acquire whose reply is lost fails Timeout after the request timeout; the engine cleans up what the request may have done, and the late reply is ignored.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .ghost(1, release(2, HoldId(1)))
+        .by_hand()
+        .command(try_lock(1, "jobs"));
+    let mut lost = b.take();
+    while matches!(lost.op, Op::Zk(ZkOp::CreateParents { .. })) {
+        b.serve(SUBJECT, lost);
+        b.settle();
+        lost = b.take();
+    }
+    let (late, _) = b.run(SUBJECT, lost.op.clone());
+    b.flush()
+        .advance(15_000)
+        .answer_late(lost.id, late)
+        .advance(1_000);
+    out.push(b.finish());
+
+    let mut b = new(
+        name("unavailable"),
+        "A transport error answering an acquire's request ends or retries the acquire as the engine's rules say; a later acquire works.",
+    );
+    b.by_hand()
+        .command(try_lock(1, "jobs"))
+        .answer(unavailable())
+        .flush()
+        .advance(1_000)
+        .command(try_lock(2, "other"));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("renewal-unavailable"),
+        "Renewals answered with transport errors let the validity run out: the hold is lost, and releasing it fails NotHeld.",
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No));
+    let h = b.hold(1);
+    b.by_hand();
+    for _ in 0..16 {
+        b.advance(500);
+        while !b.held.is_empty() {
+            b.answer(unavailable());
+        }
+    }
+    b.by_server().command(release(2, h));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("closed"),
+        "Closed ends everything: a holder is lost (closed), a waiter fails Closed, and later commands fail Closed.",
+    );
+    b.ghost(1, try_lock(1, "other"))
+        .command(try_lock(1, "jobs"))
+        .command(wait_lock(2, "other"))
+        .notice(Notice::Closed)
+        .command(try_lock(3, "jobs"));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("two-locks"),
+        "One engine holds two locks with independent tokens and releases them in any order.",
+    );
+    b.command(try_lock(1, "a")).command(try_lock(2, "b/c"));
+    let (a, c) = (b.hold(1), b.hold(2));
+    b.command(release(3, c)).command(try_lock(4, "b/c"));
+    let c2 = b.hold(4);
+    b.command(release(5, a)).command(release(6, c2));
+    out.push(b.finish());
+
+    out
+}
+
+fn redis_only() -> Vec<Json> {
+    let mut out = Vec::new();
+
+    let mut b = Bed::redis(
+        "redis-server-error",
+        "An error reply from Redis (e.g. a script error) fails the command Backend.",
+    );
+    b.by_hand()
+        .command(try_lock(1, "jobs"))
+        .answer(Err(TransportError::Server(
+            "ERR Error running script".into(),
+        )))
+        .flush();
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-malformed-reply",
+        "A reply the acquire script cannot give fails the command MalformedReply; so does a non-UTF-8 bulk string.",
+    );
+    b.by_hand()
+        .command(try_lock(1, "jobs"))
+        .answer(redis_value(Value::Status("QUEUED".into())))
+        .flush()
+        .by_hand()
+        .command(try_lock(2, "other"))
+        .answer(redis_value(Value::Array(vec![
+            Value::Data(b"held".to_vec()),
+            Value::Data(vec![0xff, 0xfe]),
+        ])))
+        .flush();
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-restart-not-owner",
+        "Redis restarts without persistence: the next renewal finds no lock and the hold is lost (not-owner).",
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .wipe_redis()
+        .advance(1_500);
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-renewal-lost",
+        "Renewals that get no reply let the local validity run out: the hold is lost (expired) before the lease ends on the server.",
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .by_hand()
+        .advance(3_500);
+    b.held.clear();
+    out.push(b.finish());
+
+    let mut b = Bed::with(
+        "redis-batched-renewal",
+        "Locks are renewed in batches of at most max_batch per request.",
+        Config {
+            max_batch: 2,
+            ..config(1, &Protocol::Redis)
+        },
+        0,
+    );
+    for op in 1..=5 {
+        b.command(acquire(op, &format!("job-{op}"), 1, 3_000, Wait::No));
+    }
+    b.advance(1_100);
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-waiter-refresh",
+        "A queued waiter renews its place every third of the waiter lease while it waits.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .advance(3_500)
+        .command(Command::Cancel { op: OpId(1) });
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-reconnect",
+        "After Disconnected and Connected the engine subscribes again and re-checks what it waits for.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .notice(Notice::Disconnected)
+        .notice(Notice::Connected)
+        .ghost(1, release(2, HoldId(1)))
+        .advance(1_000);
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-stray-messages",
+        "Wake-up messages that are malformed, for another channel or for a token not waiting are ignored.",
+    );
+    let channel = b.engines[SUBJECT].wake_channel();
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .notice(Notice::Message {
+            channel: channel.clone(),
+            payload: vec![0xff, 0x00],
+        })
+        .notice(Notice::Message {
+            channel: channel.clone(),
+            payload: b"nobody-1 7".to_vec(),
+        })
+        .notice(Notice::Message {
+            channel: "dlock:wake:elsewhere".into(),
+            payload: b"x 1".to_vec(),
+        })
+        .command(Command::Cancel { op: OpId(1) });
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-escaped-keys",
+        "Names with braces and percent signs are escaped so that all keys of a lock share one hash tag.",
+    );
+    b.command(try_lock(1, "a{b}%c/ünï"));
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-lost-during-extend",
+        "An extend that is still under way when the validity runs out fails LockLost, and the hold is lost.",
+    );
+    b.command(acquire(1, "jobs", 1, 1_000, Wait::No));
+    let h = b.hold(1);
+    b.by_hand().command(extend(2, h, 1_000)).advance(3_000);
+    b.held.clear();
+    out.push(b.finish());
+
+    out
+}
+
+fn zk_only() -> Vec<Json> {
+    let mut out = Vec::new();
+
+    let mut b = Bed::zk(
+        "zookeeper-disconnected",
+        "A broken connection loses every hold at once (disconnected); after reconnecting the engine deletes its old node.",
+    );
+    b.command(try_lock(1, "jobs"))
+        .notice(Notice::Disconnected)
+        .notice(Notice::Connected);
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-session-expired",
+        "Session expiry loses the hold (session-expired) and fails a waiter that had a node with SessionExpired.",
+    );
+    b.ghost(1, try_lock(1, "other"))
+        .command(try_lock(1, "jobs"))
+        .command(wait_lock(2, "other"))
+        .expire_session()
+        .notice(Notice::SessionExpired)
+        .notice(Notice::Connected);
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-heartbeat",
+        "A holder checks its session every third of the session timeout; each answer moves the validity on.",
+    );
+    b.command(try_lock(1, "jobs")).advance(7_000);
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-heartbeat-lost",
+        "Heartbeats with no answer let the validity run out: the hold is lost (expired).",
+    );
+    b.command(try_lock(1, "jobs")).by_hand().advance(7_000);
+    b.held.clear();
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-lost-create",
+        "A waiter's create whose reply is lost is found again by its name in the children listing: no second node, and the waiter goes on with it.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .by_hand()
+        .command(wait_lock(1, "jobs"));
+    let create = b.take();
+    let (_, _) = b.run(SUBJECT, create.op.clone());
+    b.answer_late(create.id, unavailable())
+        .flush()
+        .advance(1_000)
+        .ghost(1, release(2, HoldId(1)));
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-abandoned-create",
+        "A try-acquire whose create reply is lost fails Unavailable, and the engine sweeps the directory for the node the create may have left.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .ghost(1, release(2, HoldId(1)))
+        .by_hand()
+        .command(try_lock(1, "jobs"));
+    let create = b.take();
+    let (_, _) = b.run(SUBJECT, create.op.clone());
+    b.answer_late(create.id, unavailable()).flush();
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-malformed-reply",
+        "Replies that do not fit the request fail the acquire MalformedReply (a create answered with a foreign path, children answered with Created).",
+    );
+    b.by_hand()
+        .command(try_lock(1, "jobs"))
+        .pass()
+        .pass()
+        .answer(zk_reply(ZkReply::Created("/elsewhere/x".into())))
+        .flush()
+        .by_hand()
+        .command(try_lock(2, "other"))
+        .pass()
+        .pass()
+        .pass()
+        .answer(zk_reply(ZkReply::Created("/dlock/other".into())))
+        .flush();
+    out.push(b.finish());
+
+    let mut b = Bed::new(
+        "zookeeper-predecessor-watch",
+        "Each waiter watches only its predecessor: the second waiter is not woken by the holder's release, only by its predecessor's.",
+        zookeeper(),
+        2,
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .ghost(2, wait_lock(2, "jobs"))
+        .command(wait_lock(1, "jobs"))
+        .ghost(1, release(3, HoldId(1)))
+        .ghost(2, release(4, HoldId(1)));
+    out.push(b.finish());
+
+    let mut b = Bed::with(
+        "zookeeper-custom-root",
+        "A custom root: lock directories are created under it, with escaped names.",
+        Config {
+            protocol: Protocol::ZooKeeper(ZkSettings {
+                root: "/apps/billing/locks".into(),
+                session_timeout: Duration::from_secs(4),
+            }),
+            ..config(1, &Protocol::Redis)
+        },
+        0,
+    );
+    b.command(try_lock(1, "invoice 7/ü"));
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-release-unavailable",
+        "A release whose delete fails is still reported; the node is deleted once the connection is back.",
+    );
+    b.command(try_lock(1, "jobs"));
+    let h = b.hold(1);
+    b.by_hand().command(release(2, h)).answer(unavailable());
+    b.by_server().advance(1_000);
+    b.flush();
+    out.push(b.finish());
+
+    out
+}
+
+fn main() {
+    let dir = std::env::args()
+        .nth(1)
+        .map_or_else(dlock_contract::dir, PathBuf::from);
+    let mut vectors = common("redis", &Protocol::Redis);
+    vectors.extend(redis_only());
+    vectors.extend(common("zookeeper", &zookeeper()));
+    vectors.extend(zk_only());
+    for old in dlock_contract::files() {
+        std::fs::remove_file(old).expect("removable");
+    }
+    for v in &vectors {
+        let name = v["name"].as_str().expect("named");
+        let path = dir.join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(v).expect("serialisable") + "\n";
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    let zk = vectors
+        .iter()
+        .filter(|v| v["name"].as_str().is_some_and(|n| n.starts_with("zookeeper-")))
+        .count();
+    println!(
+        "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper)",
+        vectors.len(),
+        dir.display(),
+        vectors.len() - zk
+    );
+}
