@@ -10,6 +10,10 @@ package and the Wasm component, so all of them contend for the same locks safely
         write(fence=held.fencing_token)
 
 Durations are seconds (floats). See :mod:`dlock.aio` for asyncio.
+
+:class:`Engine` is the sans-IO engine itself, for bringing your own I/O (an existing redis-py
+or kazoo connection): dicts in, dicts out, time passed in as ``time.monotonic_ns()``. Its
+inputs and outputs are the JSON form described in docs/PROTOCOL.md.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Callable, Optional, Tuple, Type
 
-from ._dlock import DEFAULT_LEASE, NativeClient, NativeHeld, _shutdown, new_owner
+from ._dlock import DEFAULT_LEASE, Engine, NativeClient, NativeHeld, _shutdown, new_owner
 from .errors import BackendError, DlockError, InvalidArgument, LockLost, LockTimeout, NotHeld
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "BackendError",
     "Client",
     "DlockError",
+    "Engine",
     "Held",
     "InvalidArgument",
     "Lock",

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod engine;
+
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -437,6 +439,7 @@ impl NativeHeld {
 
 #[pymodule(name = "_dlock")]
 fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<engine::Engine>()?;
     m.add_class::<NativeClient>()?;
     m.add_class::<NativeHeld>()?;
     m.add_class::<Task>()?;

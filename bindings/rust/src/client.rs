@@ -52,6 +52,14 @@ impl std::fmt::Debug for ClientBuilder {
     }
 }
 
+/// A fresh client id from the OS's CSPRNG.
+pub(crate) fn random_client_id() -> Result<ClientId, Error> {
+    let mut id = [0u8; 16];
+    getrandom::fill(&mut id)
+        .map_err(|e| Error::Connect(format!("no randomness for the client id: {e}")))?;
+    Ok(ClientId(u128::from_le_bytes(id)))
+}
+
 impl ClientBuilder {
     /// How long a queued waiter keeps its place without renewing it (default 3 s).
     pub fn waiter_lease(mut self, d: Duration) -> Self {
@@ -75,10 +83,7 @@ impl ClientBuilder {
     /// Connects. Fails on a malformed or unsupported URL, or an unreachable backend.
     pub async fn connect(self) -> Result<Client, Error> {
         let backend = Backend::parse(&self.url)?;
-        let mut id = [0u8; 16];
-        getrandom::fill(&mut id)
-            .map_err(|e| Error::Connect(format!("no randomness for the client id: {e}")))?;
-        let client_id = ClientId(u128::from_le_bytes(id));
+        let client_id = random_client_id()?;
         let mut config = Config::new(client_id);
         if let Some(d) = self.waiter_lease {
             config.waiter_lease = d;

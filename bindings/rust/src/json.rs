@@ -180,15 +180,19 @@ fn bytes(data: &[u8]) -> Json {
 }
 
 /// The engine configuration from JSON; absent fields take [`Config::new`]'s defaults, the
-/// protocol defaults to Redis.
+/// protocol defaults to Redis, and an absent `client_id` is drawn from the OS's CSPRNG.
 pub fn config_from_json(value: &Json) -> Result<Config> {
     let f = Field::root("config", value);
     f.object()?;
     let id = f.get("client_id");
-    let text = id.str()?;
-    let client_id = match u128::from_str_radix(text, 16) {
-        Ok(n) if text.len() == 32 && !text.starts_with('+') => ClientId(n),
-        _ => return id.fail("expected 32 hex digits"),
+    let client_id = if id.is_absent() {
+        crate::client::random_client_id().or_else(|e| id.fail(e.to_string()))?
+    } else {
+        let text = id.str()?;
+        match u128::from_str_radix(text, 16) {
+            Ok(n) if text.len() == 32 && !text.starts_with('+') => ClientId(n),
+            _ => return id.fail("expected 32 hex digits"),
+        }
     };
     let mut config = Config::new(client_id);
     let field = f.get("waiter_lease_ms");
@@ -548,6 +552,71 @@ pub fn hold_to_json(info: &HoldInfo) -> Json {
         "lease_ms": ms(info.lease),
         "valid_until": info.valid_until.as_nanos(),
     })
+}
+
+/// dlock-core's [`Engine`](dlock_core::Engine) with JSON in and out: what Python's
+/// `dlock.Engine` and Node's `Engine` wrap, for hosts that bring their own I/O.
+#[derive(Debug)]
+pub struct JsonEngine {
+    engine: dlock_core::Engine,
+}
+
+impl JsonEngine {
+    /// A new engine at `now` (nanoseconds) from a JSON configuration.
+    pub fn new(config: &Json, now: u64) -> Result<Self> {
+        let config = config_from_json(config)?;
+        let engine = dlock_core::Engine::new(config, Instant::from_nanos(now)).map_err(|e| {
+            JsonError {
+                at: "config".into(),
+                why: e.to_string(),
+            }
+        })?;
+        Ok(Self { engine })
+    }
+
+    /// The configuration in effect, with defaults filled in.
+    pub fn config(&self) -> Json {
+        config_to_json(self.engine.config())
+    }
+
+    /// Feeds one JSON input; a malformed one is refused and the engine is untouched.
+    pub fn handle_input(&mut self, now: u64, input: &Json) -> Result<()> {
+        let input = input_from_json(input)?;
+        self.engine.handle_input(Instant::from_nanos(now), input);
+        Ok(())
+    }
+
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.engine.handle_timeout(Instant::from_nanos(now));
+    }
+
+    pub fn poll_output(&mut self) -> Option<Json> {
+        self.engine.poll_output().as_ref().map(output_to_json)
+    }
+
+    /// Nanoseconds.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.engine.poll_timeout().map(Instant::as_nanos)
+    }
+
+    /// The pub/sub channel on which this engine's Redis waiters are woken.
+    pub fn wake_channel(&self) -> String {
+        self.engine.wake_channel()
+    }
+
+    pub fn hold(&self, hold: u64) -> Option<Json> {
+        self.engine.hold(HoldId(hold)).as_ref().map(hold_to_json)
+    }
+}
+
+/// The Lua source of a protocol script by name (`acquire`, `release`, `dequeue`, `extend`,
+/// `status`), for hosts that run `eval` requests themselves: `EVALSHA` of its SHA-1, or
+/// `EVAL` of the source.
+pub fn script_source(name: &str) -> Option<String> {
+    dlock_core::redis::Script::ALL
+        .into_iter()
+        .find(|s| s.name() == name)
+        .map(dlock_core::redis::Script::source)
 }
 
 #[cfg(test)]
