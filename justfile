@@ -60,8 +60,8 @@ node-test:
     cp ../README.md "$project/"
     cd "$project"
     npm init -y >/dev/null
-    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20
-    node --test test/*.test.mjs
+    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20 ioredis@5.8.2
+    DLOCK_VECTORS="{{justfile_directory()}}/tests/vectors" node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
 
 # The engine as a WebAssembly component with no imports: target/dlock.wasm.

@@ -15,7 +15,7 @@ export interface DlockError extends Error {
   code: DlockErrorCode
 }
 
-export type LostReason = 'expired' | 'not-owner' | 'max-hold' | 'closed'
+export type LostReason = 'expired' | 'not-owner' | 'max-hold' | 'closed' | 'disconnected' | 'session-expired'
 
 export interface ConnectOptions {
   /** How long a queued waiter keeps its place without renewing it (default 3000). */
@@ -86,4 +86,29 @@ export declare class Held {
   extend(leaseMs: number): Promise<void>
   release(): Promise<void>
   [Symbol.asyncDispose](): Promise<void>
+}
+
+/** A value in the engine's JSON form (docs/PROTOCOL.md): inputs, outputs, configuration. */
+export type EngineJson = { [key: string]: unknown }
+
+/**
+ * The sans-IO engine itself, for bringing your own I/O (e.g. an ioredis connection). Times
+ * are nanoseconds: numbers (exact up to 2^53) or bigints.
+ */
+export declare class Engine {
+  constructor(config?: EngineJson, now?: number | bigint)
+  /** The configuration in effect, defaults filled in. */
+  readonly config: EngineJson
+  /** The pub/sub channel on which this engine's Redis waiters are woken. */
+  readonly wakeChannel: string
+  handleInput(now: number | bigint, input: EngineJson): void
+  handleTimeout(now: number | bigint): void
+  /** The next output, null when drained. */
+  pollOutput(): EngineJson | null
+  /** When handleTimeout must be called next (ns), null if no timer is set. */
+  pollTimeout(): number | null
+  /** A held lock's snapshot, null if `hold` is not held. */
+  hold(hold: number): EngineJson | null
+  /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */
+  static scriptSource(name: string): string
 }

@@ -203,4 +203,70 @@ class Held {
   }
 }
 
-module.exports = { connect, Client, Lock, Held, DEFAULT_LEASE_MS }
+function sync(f) {
+  try {
+    return f()
+  } catch (err) {
+    throw coded(err)
+  }
+}
+
+function nanos(now) {
+  return typeof now === 'bigint' ? Number(now) : now
+}
+
+/**
+ * The sans-IO engine itself, for bringing your own I/O (e.g. an ioredis connection): plain
+ * objects in and out in the JSON form of docs/PROTOCOL.md, times in nanoseconds (numbers,
+ * exact up to 2^53, or bigints). Feed it with handleInput/handleTimeout, drain pollOutput()
+ * until it returns null, and call handleTimeout again at pollTimeout().
+ */
+class Engine {
+  #native
+
+  constructor(config = {}, now = 0) {
+    this.#native = sync(() => new native.NativeEngine(JSON.stringify(config), nanos(now)))
+  }
+
+  /** The configuration in effect, defaults filled in. */
+  get config() {
+    return JSON.parse(this.#native.config)
+  }
+
+  /** The pub/sub channel on which this engine's Redis waiters are woken. */
+  get wakeChannel() {
+    return this.#native.wakeChannel
+  }
+
+  handleInput(now, input) {
+    sync(() => this.#native.handleInput(nanos(now), JSON.stringify(input)))
+  }
+
+  handleTimeout(now) {
+    sync(() => this.#native.handleTimeout(nanos(now)))
+  }
+
+  /** The next output, null when drained. */
+  pollOutput() {
+    const out = this.#native.pollOutput()
+    return out == null ? null : JSON.parse(out)
+  }
+
+  /** When handleTimeout must be called next (ns), null if no timer is set. */
+  pollTimeout() {
+    return this.#native.pollTimeout() ?? null
+  }
+
+  /** A held lock's snapshot, null if `hold` is not held. */
+  hold(hold) {
+    const h = sync(() => this.#native.hold(hold))
+    return h == null ? null : JSON.parse(h)
+  }
+
+  /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */
+  static scriptSource(name) {
+    return sync(() => native.NativeEngine.scriptSource(name))
+  }
+}
+
+module.exports = { connect, Client, Lock, Held, Engine, DEFAULT_LEASE_MS }

@@ -2,6 +2,8 @@
 //! napi-rs's tokio runtime, exposed as Promise-returning methods. The JavaScript API
 //! (`index.js`: options objects, AbortSignal, error codes, `held.lost`, `await using`) wraps it.
 
+mod engine;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
