@@ -28,6 +28,7 @@ test: setup
     DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper
     just python-test
     just node-test
+    just interop
     cargo test -p dlock-core --test simulation -- --nocapture
 
 # Build the Python wheel, install it into target/venv, and run pytest against the installed wheel.
@@ -63,6 +64,15 @@ node-test:
     npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20 ioredis@5.8.2
     DLOCK_VECTORS="{{justfile_directory()}}/tests/vectors" node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
+
+# Live mixed-language contention on Redis, then ZooKeeper: Rust, Rust+Wasm, Python and Node
+# workers share one lock (needs the wheel and the addon that python-test and node-test build).
+interop:
+    cargo test -p dlock-contract --test contention -- --ignored --nocapture
+
+# Rewrite tests/vectors/*.json from the native engine (then review the diff and commit it).
+vectors:
+    cargo run --quiet -p dlock-contract --bin generate
 
 # The engine as a WebAssembly component with no imports: target/dlock.wasm.
 wasm:

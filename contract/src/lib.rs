@@ -71,9 +71,11 @@ pub fn replay<M: Machine + ?Sized>(
             .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?
             .map(Instant::as_nanos);
         let expected = step["outputs"].as_array().map_or(&[][..], Vec::as_slice);
-        let feeding = step.get("input").map_or("a timeout".to_owned(), Json::to_string);
-        if let Some(j) = (0..outputs.len().max(expected.len()))
-            .find(|&j| outputs.get(j) != expected.get(j))
+        let feeding = step
+            .get("input")
+            .map_or("a timeout".to_owned(), Json::to_string);
+        if let Some(j) =
+            (0..outputs.len().max(expected.len())).find(|&j| outputs.get(j) != expected.get(j))
         {
             let show = |o: Option<&Json>| o.map_or("nothing".to_owned(), Json::to_string);
             return Err(format!(

@@ -14,5 +14,8 @@ fn every_vector_replays_on_the_native_engine() {
         })
         .unwrap_or_else(|mismatch| panic!("{}:\n{mismatch}", file.display()));
     }
-    println!("native engine: {} vectors, {steps} steps, all identical", files.len());
+    println!(
+        "native engine: {} vectors, {steps} steps, all identical",
+        files.len()
+    );
 }

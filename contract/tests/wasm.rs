@@ -18,5 +18,8 @@ fn every_vector_replays_on_the_wasm_engine() {
         })
         .unwrap_or_else(|mismatch| panic!("{}:\n{mismatch}", file.display()));
     }
-    println!("wasm engine: {} vectors, {steps} steps, all identical", files.len());
+    println!(
+        "wasm engine: {} vectors, {steps} steps, all identical",
+        files.len()
+    );
 }

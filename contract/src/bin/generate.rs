@@ -158,8 +158,10 @@ impl Bed {
                 match store.eval(now_ms, script, &keys, &args) {
                     Ok(outcome) => {
                         for (channel, payload) in outcome.published {
-                            if let Some(to) =
-                                self.engines.iter().position(|e| e.wake_channel() == channel)
+                            if let Some(to) = self
+                                .engines
+                                .iter()
+                                .position(|e| e.wake_channel() == channel)
                             {
                                 notices.push((to, Notice::Message { channel, payload }));
                             }
@@ -265,7 +267,11 @@ impl Bed {
 
     /// The oldest request the subject sent while answered by hand.
     fn take(&mut self) -> Request {
-        assert!(!self.held.is_empty(), "{}: no request is waiting", self.name);
+        assert!(
+            !self.held.is_empty(),
+            "{}: no request is waiting",
+            self.name
+        );
         self.held.remove(0)
     }
 
@@ -336,7 +342,11 @@ impl Bed {
             "{}: {} requests left unanswered on purpose? take them. Steps so far:\n{}",
             self.name,
             self.held.len(),
-            self.steps.iter().map(Json::to_string).collect::<Vec<_>>().join("\n")
+            self.steps
+                .iter()
+                .map(Json::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
         );
         json!({
             "name": self.name,
@@ -388,7 +398,9 @@ fn zk_reply(r: ZkReply) -> Reply {
 }
 
 fn unavailable() -> Reply {
-    Err(TransportError::Unavailable("connection reset by peer".into()))
+    Err(TransportError::Unavailable(
+        "connection reset by peer".into(),
+    ))
 }
 
 /// The scenarios that apply to either backend, with the protocol as a parameter.
@@ -398,7 +410,10 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
     let name = |n: &str| leak(format!("{p}-{n}"));
     let mut out = Vec::new();
 
-    let mut b = new(name("acquire-free"), "A free lock is acquired at once, with fencing token 1.");
+    let mut b = new(
+        name("acquire-free"),
+        "A free lock is acquired at once, with fencing token 1.",
+    );
     b.command(try_lock(1, "orders/42"));
     out.push(b.finish());
 
@@ -472,7 +487,9 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
     );
     b.command(try_lock(1, "jobs"));
     let h = b.hold(1);
-    b.advance(1000).command(extend(2, h, 30_000)).advance(12_000);
+    b.advance(1000)
+        .command(extend(2, h, 30_000))
+        .advance(12_000);
     out.push(b.finish());
 
     let mut b = new(
@@ -489,7 +506,8 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
         name("watchdog"),
         "A held lock is renewed in the background and reported Renewed, for as long as it is held.",
     );
-    b.command(acquire(1, "jobs", 1, 3_000, Wait::No)).advance(7_000);
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .advance(7_000);
     out.push(b.finish());
 
     let mut b = new(
@@ -510,7 +528,8 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
         name("bad-names"),
         "Empty and oversized names fail before anything is sent.",
     );
-    b.command(try_lock(1, "")).command(try_lock(2, &"x".repeat(1025)));
+    b.command(try_lock(1, ""))
+        .command(try_lock(2, &"x".repeat(1025)));
     out.push(b.finish());
 
     let mut b = new(
@@ -901,7 +920,11 @@ fn main() {
     }
     let zk = vectors
         .iter()
-        .filter(|v| v["name"].as_str().is_some_and(|n| n.starts_with("zookeeper-")))
+        .filter(|v| {
+            v["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("zookeeper-"))
+        })
         .count();
     println!(
         "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper)",

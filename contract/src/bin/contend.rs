@@ -1,0 +1,80 @@
+//! One contender of the live mixed-language test (`tests/contention.rs`), in Rust: natively,
+//! or with the engine's Wasm component (`--wasm PATH`).
+//!
+//! `contend URL NAME DIR LABEL TARGET [--wasm PATH]` acquires lock NAME until the counter in
+//! DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
+//! connected). Each time it holds the lock it does a fenced read-modify-write
+//! of the counter and appends `token start_ns end_ns outcome` (CLOCK_MONOTONIC) to
+//! DIR/LABEL.log; the outcome is 0 for a write, 1 for a write the fence refused, 2 for
+//! finding the target reached. The Python and Node workers in `contract/workers/` do the
+//! same.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Reads `count last_token` from the counter file and writes `count+1 token` back (0),
+/// unless the token is not newer than the last one written (1: stale, nothing written) or
+/// the count has reached the target (2: done).
+fn fenced_increment(counter: &Path, token: u64, target: u64) -> u8 {
+    let text = std::fs::read_to_string(counter).unwrap_or_default();
+    let mut fields = text
+        .split_whitespace()
+        .map(|f| f.parse::<u64>().expect("a number"));
+    let (count, last) = (fields.next().unwrap_or(0), fields.next().unwrap_or(0));
+    if token <= last {
+        return 1;
+    }
+    if count >= target {
+        return 2;
+    }
+    std::fs::write(counter, format!("{} {token}\n", count + 1)).expect("writable counter");
+    0
+}
+
+fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC, the clock Python's time.monotonic_ns and Node's process.hrtime read.
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+    u64::try_from(ts.tv_sec()).expect("after boot") * 1_000_000_000
+        + u64::try_from(ts.tv_nsec()).expect("in range")
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [url, name, dir, label, target, rest @ ..] = args.as_slice() else {
+        panic!("usage: contend URL NAME DIR LABEL TARGET [--wasm PATH]");
+    };
+    let dir = PathBuf::from(dir);
+    let target: u64 = target.parse().expect("TARGET is a number");
+    let mut builder = dlock::Client::builder(url);
+    if let [flag, path] = rest {
+        assert_eq!(flag, "--wasm");
+        let component = dlock_wasmtime::WasmComponent::from_file(path).expect("dlock.wasm loads");
+        builder = builder.machine(component.factory());
+    }
+    let client = builder.connect().await.expect("connects");
+    std::fs::write(dir.join(format!("{label}.ready")), "").expect("writable dir");
+    while !dir.join("go").exists() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut log = Vec::new();
+    loop {
+        let guard = client
+            .lock(name)
+            .lease(Duration::from_secs(10))
+            .acquire()
+            .await
+            .expect("acquires");
+        let start = monotonic_ns();
+        let token = guard.fencing_token();
+        let outcome = fenced_increment(&dir.join("counter"), token, target);
+        let end = monotonic_ns();
+        guard.release().await.expect("releases");
+        writeln!(log, "{token} {start} {end} {outcome}").expect("in memory");
+        if outcome == 2 {
+            break;
+        }
+    }
+    std::fs::write(dir.join(format!("{label}.log")), log).expect("writable log");
+}

@@ -1,0 +1,212 @@
+//! Live mixed-language contention: workers in Rust (native engine), Rust with the Wasm
+//! engine, Python and Node contend for one lock on a real redis-server, then on a real
+//! ZooKeeper, until a shared counter reaches its target. Each holder does a fenced
+//! read-modify-write of the counter in a shared file and logs its tenure; the logs must show
+//! every write counted, fencing tokens strictly increasing in acquisition order, no two
+//! tenures overlapping, no stale write, and every runtime with at least 10% of the
+//! acquisitions (each acquires as often as the lock's hand-off lets it).
+//!
+//! Needs the Python wheel installed in target/venv and the Node addon built in node/ (both
+//! done by `just python-test` and `just node-test`), so it is ignored by a plain `cargo
+//! test` and run by `just interop`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use dlock_testkit::{RedisServer, ZkEnsemble};
+
+/// Workers per runtime, and the counter's target: 4 runtimes × 2 workers share 2,000 writes
+/// (plus one last acquisition each that finds the target reached).
+const WORKERS: usize = 2;
+const TARGET: usize = 2_000;
+const RUNTIMES: [&str; 4] = ["rust", "rust-wasm", "python", "node"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn worker(runtime: &str, url: &str, dir: &Path, label: &str) -> Child {
+    let repo = repo();
+    let args = [
+        url,
+        "mixed/job",
+        &dir.to_string_lossy(),
+        label,
+        &TARGET.to_string(),
+    ]
+    .map(str::to_owned);
+    let mut cmd = match runtime {
+        "rust" => Command::new(env!("CARGO_BIN_EXE_contend")),
+        "rust-wasm" => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_contend"));
+            c.args(args.clone())
+                .arg("--wasm")
+                .arg(dlock_testkit::wasm_component());
+            return c.spawn().expect("the Rust worker starts");
+        }
+        "python" => {
+            let python = std::env::var_os("DLOCK_PYTHON")
+                .map_or_else(|| repo.join("target/venv/bin/python"), PathBuf::from);
+            let mut c = Command::new(python);
+            c.arg(repo.join("contract/workers/contend.py"));
+            c
+        }
+        "node" => {
+            let mut c = Command::new("node");
+            c.arg(repo.join("contract/workers/contend.mjs"))
+                .env("DLOCK_NODE_PACKAGE", repo.join("node"));
+            c
+        }
+        other => unreachable!("{other}"),
+    };
+    cmd.args(args)
+        .spawn()
+        .unwrap_or_else(|e| panic!("the {runtime} worker does not start: {e}"))
+}
+
+struct Tenure {
+    token: u64,
+    start: u64,
+    end: u64,
+    /// 0 written, 1 refused as stale, 2 found the target reached.
+    outcome: u64,
+    runtime: &'static str,
+}
+
+fn contend(url: &str) -> BTreeMap<&'static str, usize> {
+    let dir = tempdir();
+    let mut children: Vec<(String, Child)> = RUNTIMES
+        .iter()
+        .flat_map(|r| (0..WORKERS).map(move |w| (*r, w)))
+        .map(|(r, w)| {
+            let label = format!("{r}-{w}");
+            (label.clone(), worker(r, url, &dir, &label))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // Every worker connects (and compiles its engine) first; then all start at once.
+    let labels: Vec<String> = children.iter().map(|(l, _)| l.clone()).collect();
+    while !labels
+        .iter()
+        .all(|l| dir.join(format!("{l}.ready")).exists())
+    {
+        assert!(Instant::now() < deadline, "workers not ready after 300 s");
+        for (label, child) in &mut children {
+            if let Some(status) = child.try_wait().expect("waitable") {
+                panic!("worker {label} exited before starting: {status}");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
+    while !children.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "workers still running after 300 s"
+        );
+        children.retain_mut(|(label, child)| match child.try_wait().expect("waitable") {
+            Some(status) => {
+                assert!(status.success(), "worker {label} failed: {status}");
+                false
+            }
+            None => true,
+        });
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let mut tenures = Vec::new();
+    for runtime in RUNTIMES {
+        for w in 0..WORKERS {
+            let log = std::fs::read_to_string(dir.join(format!("{runtime}-{w}.log"))).unwrap();
+            for line in log.lines() {
+                let f: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
+                tenures.push(Tenure {
+                    token: f[0],
+                    start: f[1],
+                    end: f[2],
+                    outcome: f[3],
+                    runtime,
+                });
+            }
+        }
+    }
+    tenures.sort_by_key(|t| t.start);
+    let total = tenures.len();
+    let writes = tenures.iter().filter(|t| t.outcome == 0).count();
+    assert!(total >= 2000, "only {total} acquisitions");
+    assert_eq!(
+        tenures.iter().filter(|t| t.outcome == 1).count(),
+        0,
+        "stale writes"
+    );
+    for pair in tenures.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(
+            a.end <= b.start,
+            "overlapping tenures: {} (token {}) until {} and {} (token {}) from {}",
+            a.runtime,
+            a.token,
+            a.end,
+            b.runtime,
+            b.token,
+            b.start
+        );
+        assert!(a.token < b.token, "token {} after {}", b.token, a.token);
+    }
+    let counter = std::fs::read_to_string(dir.join("counter")).unwrap();
+    let mut counter = counter
+        .split_whitespace()
+        .map(|x| x.parse::<u64>().unwrap());
+    assert_eq!(writes, TARGET);
+    assert_eq!(
+        counter.next(),
+        Some(writes as u64),
+        "the counter lost updates"
+    );
+    let last_write = tenures.iter().rev().find(|t| t.outcome == 0);
+    assert_eq!(counter.next(), last_write.map(|t| t.token));
+    let mut per_runtime = BTreeMap::new();
+    for t in &tenures {
+        *per_runtime.entry(t.runtime).or_insert(0) += 1;
+    }
+    for (runtime, n) in &per_runtime {
+        assert!(n * 10 >= total, "{runtime} acquired only {n} of {total}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    per_runtime
+}
+
+fn tempdir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "dlock-contention-{}-{}",
+        std::process::id(),
+        dlock_testkit::free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+#[ignore = "needs the Python wheel and the Node addon: run by `just interop`"]
+fn four_runtimes_share_one_lock_on_redis_then_on_zookeeper() {
+    let redis = RedisServer::start();
+    let started = Instant::now();
+    let on_redis = contend(&redis.url());
+    println!(
+        "redis: {} acquisitions in {:.1?}: {on_redis:?}",
+        on_redis.values().sum::<usize>(),
+        started.elapsed()
+    );
+    drop(redis);
+
+    let zk = ZkEnsemble::start(1);
+    let started = Instant::now();
+    let on_zk = contend(&zk.url());
+    println!(
+        "zookeeper: {} acquisitions in {:.1?}: {on_zk:?}",
+        on_zk.values().sum::<usize>(),
+        started.elapsed()
+    );
+}

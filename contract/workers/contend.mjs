@@ -1,0 +1,40 @@
+// One contender of the live mixed-language test (contract/tests/contention.rs), in Node.
+//
+// `node contend.mjs URL NAME DIR LABEL TARGET` acquires lock NAME until the counter in
+// DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
+// connected); each tenure does a fenced read-modify-write of the counter and
+// appends `token start_ns end_ns outcome` (CLOCK_MONOTONIC; 0 written, 1 refused as stale,
+// 2 target reached) to DIR/LABEL.log, as the Rust and Python workers do. The dlock package is loaded from DLOCK_NODE_PACKAGE (default: 'dlock').
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { join } from 'node:path'
+
+const dlock = createRequire(import.meta.url)(process.env.DLOCK_NODE_PACKAGE ?? 'dlock')
+
+/** Writes `count+1 token` over `count last` (0), unless the token is not newer (1) or the
+ * count has reached the target (2). */
+function fencedIncrement(counter, token, target) {
+  const fields = existsSync(counter) ? readFileSync(counter, 'utf8').split(/\s+/).filter(Boolean).map(BigInt) : []
+  const [count, last] = [fields[0] ?? 0n, fields[1] ?? 0n]
+  if (token <= last) return 1
+  if (count >= target) return 2
+  writeFileSync(counter, `${count + 1n} ${token}\n`)
+  return 0
+}
+
+const [url, name, dir, label, target] = process.argv.slice(2)
+const client = await dlock.connect(url)
+const lock = client.lock(name, { leaseMs: 10_000 })
+writeFileSync(join(dir, `${label}.ready`), '')
+while (!existsSync(join(dir, 'go'))) await new Promise((r) => setTimeout(r, 1))
+const log = []
+for (let outcome = 0; outcome !== 2; ) {
+  const held = await lock.acquire()
+  const start = process.hrtime.bigint()
+  outcome = fencedIncrement(join(dir, 'counter'), BigInt(held.fencingToken), BigInt(target))
+  const end = process.hrtime.bigint()
+  await held.release()
+  log.push(`${held.fencingToken} ${start} ${end} ${outcome}\n`)
+}
+writeFileSync(join(dir, `${label}.log`), log.join(''))
+await client.close()

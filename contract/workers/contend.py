@@ -1,0 +1,50 @@
+"""One contender of the live mixed-language test (contract/tests/contention.rs), in Python.
+
+``contend.py URL NAME DIR LABEL TARGET`` acquires lock NAME until the counter in DIR/counter
+reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once connected); each tenure does a fenced read-modify-write of the counter and appends
+``token start_ns end_ns outcome`` (CLOCK_MONOTONIC; 0 written, 1 refused as stale, 2 target
+reached) to DIR/LABEL.log, as the Rust and Node workers do.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import dlock
+
+
+def fenced_increment(counter: Path, token: int, target: int) -> int:
+    """Writes ``count+1 token`` over ``count last`` (0), unless the token is not newer (1)
+    or the count has reached the target (2)."""
+    fields = [int(f) for f in counter.read_text().split()] if counter.exists() else []
+    count, last = (fields + [0, 0])[:2]
+    if token <= last:
+        return 1
+    if count >= target:
+        return 2
+    counter.write_text(f"{count + 1} {token}\n")
+    return 0
+
+
+def main() -> None:
+    url, name, directory, label, target = sys.argv[1:6]
+    root = Path(directory)
+    client = dlock.connect(url)
+    lock = client.lock(name, lease=10.0)
+    (root / f"{label}.ready").write_text("")
+    while not (root / "go").exists():
+        time.sleep(0.001)
+    log = []
+    outcome = 0
+    while outcome != 2:
+        with lock as held:
+            start = time.monotonic_ns()
+            outcome = fenced_increment(root / "counter", held.fencing_token, int(target))
+            end = time.monotonic_ns()
+        log.append(f"{held.fencing_token} {start} {end} {outcome}\n")
+    (root / f"{label}.log").write_text("".join(log))
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
