@@ -80,6 +80,7 @@ impl NativeEngine {
 
     #[napi]
     pub fn script_source(name: String) -> Result<String> {
-        dlock::json::script_source(&name).ok_or_else(|| invalid(format!("no script named {name:?}")))
+        dlock::json::script_source(&name)
+            .ok_or_else(|| invalid(format!("no script named {name:?}")))
     }
 }

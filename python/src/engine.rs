@@ -31,7 +31,9 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Json> {
         if let Ok(n) = value.extract::<i64>() {
             return Ok(Json::from(n));
         }
-        return Err(PyTypeError::new_err(format!("{value} does not fit in 64 bits")));
+        return Err(PyTypeError::new_err(format!(
+            "{value} does not fit in 64 bits"
+        )));
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         return Number::from_f64(f.value())
@@ -45,7 +47,9 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Json> {
         let bytes = b.as_bytes();
         return Ok(match std::str::from_utf8(bytes) {
             Ok(text) => Json::String(text.to_owned()),
-            Err(_) => serde_json::json!({ "hex": bytes.iter().map(|b| format!("{b:02x}")).collect::<String>() }),
+            Err(_) => {
+                serde_json::json!({ "hex": bytes.iter().map(|b| format!("{b:02x}")).collect::<String>() })
+            }
         });
     }
     if let Ok(d) = value.cast::<PyDict>() {
@@ -59,10 +63,18 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Json> {
         return Ok(Json::Object(map));
     }
     if let Ok(l) = value.cast::<PyList>() {
-        return l.iter().map(|v| to_json(&v)).collect::<PyResult<_>>().map(Json::Array);
+        return l
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Json::Array);
     }
     if let Ok(t) = value.cast::<PyTuple>() {
-        return t.iter().map(|v| to_json(&v)).collect::<PyResult<_>>().map(Json::Array);
+        return t
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Json::Array);
     }
     Err(PyTypeError::new_err(format!(
         "{} cannot be passed to the engine",

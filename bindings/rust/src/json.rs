@@ -19,8 +19,7 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
     Acquire, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input, Instant,
-    NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
-    TransportError, Wait,
+    NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response, TransportError, Wait,
 };
 use serde_json::{Map, Value as Json, json};
 
@@ -318,14 +317,22 @@ fn reply_from_json(f: &Field<'_>) -> Result<Reply> {
             "created" => ZkReply::Created(zk.get("path").str()?.to_owned()),
             "children" => ZkReply::Children(zk.get("names").strings()?),
             "no-node" => ZkReply::NoNode,
-            other => return zk.get("type").fail(format!("unknown ZooKeeper reply {other:?}")),
+            other => {
+                return zk
+                    .get("type")
+                    .fail(format!("unknown ZooKeeper reply {other:?}"));
+            }
         })));
     }
     let message = error.get("message").str()?.to_owned();
     Ok(Err(match error.kind()? {
         "unavailable" => TransportError::Unavailable(message),
         "server" => TransportError::Server(message),
-        other => return error.get("type").fail(format!("unknown transport error {other:?}")),
+        other => {
+            return error
+                .get("type")
+                .fail(format!("unknown transport error {other:?}"));
+        }
     }))
 }
 
@@ -376,7 +383,10 @@ fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
         }
         Err(TransportError::Server(m)) => ("error", json!({ "type": "server", "message": m })),
         // TransportError is non-exhaustive; a new kind gets its name here first.
-        Err(e) => ("error", json!({ "type": "unavailable", "message": format!("{e:?}") })),
+        Err(e) => (
+            "error",
+            json!({ "type": "unavailable", "message": format!("{e:?}") }),
+        ),
     }
 }
 
@@ -565,12 +575,11 @@ impl JsonEngine {
     /// A new engine at `now` (nanoseconds) from a JSON configuration.
     pub fn new(config: &Json, now: u64) -> Result<Self> {
         let config = config_from_json(config)?;
-        let engine = dlock_core::Engine::new(config, Instant::from_nanos(now)).map_err(|e| {
-            JsonError {
+        let engine =
+            dlock_core::Engine::new(config, Instant::from_nanos(now)).map_err(|e| JsonError {
                 at: "config".into(),
                 why: e.to_string(),
-            }
-        })?;
+            })?;
         Ok(Self { engine })
     }
 
@@ -666,10 +675,15 @@ mod tests {
     fn bad_json_names_the_field() {
         let err = |v: Json| input_from_json(&v).unwrap_err().to_string();
         assert_eq!(
-            err(json!({"type": "acquire", "op": 1, "name": "a", "owner": 1, "lease_ms": -5, "wait": "no"})),
+            err(
+                json!({"type": "acquire", "op": 1, "name": "a", "owner": 1, "lease_ms": -5, "wait": "no"})
+            ),
             "input.lease_ms: expected a non-negative integer"
         );
-        assert_eq!(err(json!({"type": "nope"})), "input.type: unknown input \"nope\"");
+        assert_eq!(
+            err(json!({"type": "nope"})),
+            "input.type: unknown input \"nope\""
+        );
         assert_eq!(err(json!([1])), "input: expected an object");
         assert_eq!(
             err(json!({"type": "reply", "id": 1})),
@@ -680,6 +694,9 @@ mod tests {
             "input.value.hex: odd number of hex digits"
         );
         let config = config_from_json(&json!({"client_id": "12"})).unwrap_err();
-        assert_eq!(config.to_string(), "config.client_id: expected 32 hex digits");
+        assert_eq!(
+            config.to_string(),
+            "config.client_id: expected 32 hex digits"
+        );
     }
 }
