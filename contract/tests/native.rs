@@ -19,3 +19,26 @@ fn every_vector_replays_on_the_native_engine() {
         files.len()
     );
 }
+
+#[test]
+fn protocol_doc_counts_the_vectors() {
+    let files = dlock_contract::files();
+    let zk = files
+        .iter()
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("zookeeper-"))
+        })
+        .count();
+    let doc = std::fs::read_to_string(dlock_contract::dir().join("../../docs/PROTOCOL.md"))
+        .expect("docs/PROTOCOL.md");
+    let claim = format!(
+        "are {} conversations of one engine ({} on Redis, {zk} on\nZooKeeper)",
+        files.len(),
+        files.len() - zk
+    );
+    assert!(
+        doc.contains(&claim),
+        "docs/PROTOCOL.md §11 should say: {claim}"
+    );
+}

@@ -1,4 +1,4 @@
-//! The Redis protocol, v0: key layout, owner tokens, Lua scripts and their replies.
+//! The Redis protocol, v1: key layout, owner tokens, Lua scripts and their replies.
 //!
 //! Everything a host needs to speak the protocol byte for byte lives here; transports run
 //! [`RedisOp`]s verbatim. `docs/PROTOCOL.md` describes the same thing for other implementers.
@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::types::ClientId;
 
 /// Version of the key layout and scripts in this module.
-pub const PROTOCOL_VERSION: u32 = 0;
+pub const PROTOCOL_VERSION: u32 = 1;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 

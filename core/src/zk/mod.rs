@@ -1,4 +1,4 @@
-//! The ZooKeeper protocol, v0: node layout, node names, the operations a transport performs
+//! The ZooKeeper protocol, v1: node layout, node names, the operations a transport performs
 //! and their replies.
 //!
 //! Per lock name N under a root (default `/dlock`): a persistent node `root/escape(N)`, and
@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::redis::LockStatus;
 
 /// Version of the node layout in this module.
-pub const PROTOCOL_VERSION: u32 = 0;
+pub const PROTOCOL_VERSION: u32 = 1;
 
 /// Where lock nodes live unless configured otherwise.
 pub const DEFAULT_ROOT: &str = "/dlock";

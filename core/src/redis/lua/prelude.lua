@@ -1,4 +1,4 @@
--- dlock Redis protocol v0: helpers shared by every script that can free a lock.
+-- dlock Redis protocol v1: helpers shared by every script that can free a lock.
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] queue list, KEYS[4] waiter zset.
 
 -- Server time in milliseconds. Only the server's clock is ever used for shared state.
