@@ -95,3 +95,23 @@ pub fn replay<M: Machine + ?Sized>(
     }
     Ok(steps.len())
 }
+
+/// Replays every vector on engines `start` makes, panicking at the first mismatch; prints and
+/// returns how many vectors and steps ran.
+pub fn replay_all<M: Machine + ?Sized>(
+    host: &str,
+    start: impl Fn(Config, Instant) -> Box<M>,
+) -> (usize, usize) {
+    let files = files();
+    assert!(files.len() >= 40, "only {} vectors", files.len());
+    let mut steps = 0;
+    for file in &files {
+        steps += replay(&load(file), &start)
+            .unwrap_or_else(|mismatch| panic!("{}:\n{mismatch}", file.display()));
+    }
+    println!(
+        "{host}: {} vectors, {steps} steps, all identical",
+        files.len()
+    );
+    (files.len(), steps)
+}

@@ -4,20 +4,9 @@ use dlock_core::Engine;
 
 #[test]
 fn every_vector_replays_on_the_native_engine() {
-    let files = dlock_contract::files();
-    assert!(files.len() >= 40, "only {} vectors", files.len());
-    let mut steps = 0;
-    for file in &files {
-        let vector = dlock_contract::load(file);
-        steps += dlock_contract::replay(&vector, |config, now| {
-            Box::new(Engine::new(config, now).expect("the vector's configuration is valid"))
-        })
-        .unwrap_or_else(|mismatch| panic!("{}:\n{mismatch}", file.display()));
-    }
-    println!(
-        "native engine: {} vectors, {steps} steps, all identical",
-        files.len()
-    );
+    dlock_contract::replay_all("native engine", |config, now| {
+        Box::new(Engine::new(config, now).expect("the vector's configuration is valid"))
+    });
 }
 
 #[test]

@@ -592,7 +592,7 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
 
     let mut b = new(
         name("unavailable"),
-        "A transport error answering an acquire's request ends or retries the acquire as the engine's rules say; a later acquire works.",
+        "A try-acquire whose request fails with a transport error fails Unavailable and cleans up after itself (DEQUEUE on Redis, a sweep on ZooKeeper); a later acquire works.",
     );
     b.by_hand()
         .command(try_lock(1, "jobs"))
@@ -721,7 +721,7 @@ fn redis_only() -> Vec<Json> {
 
     let mut b = Bed::redis(
         "redis-reconnect",
-        "After Disconnected and Connected the engine subscribes again and re-checks what it waits for.",
+        "After Disconnected and Connected the engine subscribes to its wake-up channel again, and a hand-off still reaches the waiter.",
     );
     b.ghost(1, try_lock(1, "jobs"))
         .command(wait_lock(1, "jobs"))
@@ -762,7 +762,7 @@ fn redis_only() -> Vec<Json> {
 
     let mut b = Bed::redis(
         "redis-lost-during-extend",
-        "An extend that is still under way when the validity runs out fails LockLost, and the hold is lost.",
+        "An extend still under way when the validity runs out: the hold is lost (expired) at once, and the extend fails LockLost when its request times out.",
     );
     b.command(acquire(1, "jobs", 1, 1_000, Wait::No));
     let h = b.hold(1);
@@ -889,7 +889,7 @@ fn zk_only() -> Vec<Json> {
 
     let mut b = Bed::zk(
         "zookeeper-release-unavailable",
-        "A release whose delete fails is still reported; the node is deleted once the connection is back.",
+        "A release whose delete fails with a transport error fails Unavailable, and the engine deletes the node again until it is gone.",
     );
     b.command(try_lock(1, "jobs"));
     let h = b.hold(1);
