@@ -93,6 +93,12 @@ core-is-sans-io:
     fi
     echo "dlock-core is sans-IO: no normal dependencies"
 
+# Long fuzzing runs (release build): `just fuzz 1000000` inputs per target. `just test` runs a
+# smoke of each (core/tests/fuzz.rs: engine inputs and reply decoding; bindings/rust/tests/fuzz_json.rs).
+fuzz execs="300000":
+    DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock-core --test fuzz -- --nocapture
+    DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock --test fuzz_json -- --nocapture
+
 # A long simulation run: `just simulate 20000` runs 20,000 seeds.
 simulate seeds="2000":
     DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture

@@ -180,10 +180,16 @@ fn reference_store_matches_redis_server() {
         .map(|i| redis::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
         .collect();
     let (mut ops, mut interrupted) = (0, 0);
-    for seed in 1..=8 {
+    let mut completed_seeds = BTreeSet::new();
+    // A sequence the machine stalls is started again from scratch, up to 5 times.
+    for (seed, _attempt) in (1..=8).flat_map(|seed| (0..5).map(move |a| (seed, a))) {
+        if completed_seeds.contains(&seed) {
+            continue;
+        }
         let mut rng = Rng(seed);
         let mut store = Store::new();
         let _: () = resp::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+        let mut stalled = false;
         for step in 0..150 {
             let RedisOp::Eval { script, keys, args } = random_op(&mut rng, &names, &tokens) else {
                 unreachable!()
@@ -206,6 +212,7 @@ fn reference_store_matches_redis_server() {
                 // This machine stalled us for half a tick: an expiry may have fallen between
                 // the call and the comparison. Give up this sequence rather than guess.
                 interrupted += 1;
+                stalled = true;
                 break;
             }
             let reference = store
@@ -235,12 +242,16 @@ fn reference_store_matches_redis_server() {
             );
             ops += 1;
         }
+        if !stalled {
+            completed_seeds.insert(seed);
+        }
     }
+    let completed = completed_seeds.len();
     println!(
-        "reference store matched redis-server on {ops} script calls ({interrupted} of 8 sequences cut short by a stall)"
+        "reference store matched redis-server on {ops} script calls ({completed} of 8 sequences complete; {interrupted} attempts cut short by a stall and started again)"
     );
     assert!(
-        interrupted <= 4 && ops >= 500,
-        "too little compared: {ops} calls, {interrupted} sequences cut short"
+        completed >= 6,
+        "too little compared: {completed} of 8 sequences complete, {interrupted} attempts stalled"
     );
 }
