@@ -14,6 +14,8 @@ function serving(port) {
     c.once('error', () => resolve(false))
     c.on('data', (d) => (text += d))
     c.once('close', () => resolve(text.includes('Mode:')))
+    // A server still starting may accept the command and never answer or close: ask again.
+    c.setTimeout(1000, () => c.destroy())
     c.write('srvr')
   })
 }
