@@ -103,36 +103,13 @@ fuzz execs="300000":
 simulate seeds="2000":
     DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture
 
-# Uncontended acquire+release next to raw PING/EVALSHA round trips, one run (release build).
-bench-latency iterations="5000": wasm
-    cargo run --release --quiet -p dlock-bench --bin latency -- {{iterations}}
-
-# Python: dlock's `with client.lock(...)` next to redis-py's Lock, EVALSHA and the Rust client (release builds).
-bench-python iterations="5000":
-    #!/usr/bin/env bash
-    set -euo pipefail
-    venv=target/bench-venv
-    [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis
-    $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
-    just wasm
-    cargo build --release --quiet -p dlock-bench --bin latency
-    $venv/bin/python bench/python/latency.py {{iterations}} target/release/latency
-
-# Node: dlock next to node-redlock, ioredis EVALSHA and the Rust client (release builds).
-bench-node iterations="5000":
-    #!/usr/bin/env bash
-    set -euo pipefail
-    (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
-    (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
-    just wasm
-    cargo build --release --quiet -p dlock-bench --bin latency
-    node bench/node/latency.mjs {{iterations}} target/release/latency
-
-# Contended hand-off across processes: dlock next to redis-py Lock, python-redis-lock and pottery
-# on Redis, and next to kazoo's Lock on ZooKeeper.
-bench-handoff seconds="5":
+# Every library side by side against one redis-server and one ZooKeeper it starts (release
+# builds): dlock from Rust, Wasm, Python and Node next to redis-py, python-redis-lock, pottery,
+# node-redlock, rslock, Redisson, kazoo and Curator. Peers go into target/bench-venv,
+# bench/node/node_modules and Maven's cache, never into the project. Writes
+# bench/results/latest.md and latest.svg and the README's table. `just bench 3 2000 kazoo`
+# runs only the libraries whose label matches the third argument (README untouched).
+bench seconds="3" cycles="2000" only="":
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/bench-venv
@@ -140,5 +117,14 @@ bench-handoff seconds="5":
     $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis python-redis-lock pottery kazoo matplotlib
     $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
-    $venv/bin/python bench/python/handoff.py {{seconds}}
-    $venv/bin/python bench/python/handoff.py {{seconds}} zk
+    (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
+    (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
+    just wasm
+    cargo build --release --quiet -p dlock-bench --bin worker
+    rm -f bench/java/target/worker.jar
+    if ! command -v mvn >/dev/null; then
+      echo "Maven is not installed: Redisson and Curator are skipped"
+    elif ! (cd bench/java && mvn -q -B package > ../../target/bench-maven.log 2>&1); then
+      echo "Maven could not build the JVM worker (target/bench-maven.log): Redisson and Curator are skipped"
+    fi
+    $venv/bin/python bench/bench.py --seconds {{seconds}} --cycles {{cycles}} --only "{{only}}"

@@ -92,7 +92,7 @@ impl ClientBuilder {
             config.request_timeout = d;
         }
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
-        let (transport, protocol) = Transport::connect(&backend, inputs_tx.clone()).await?;
+        let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
         config.protocol = protocol.clone();
         let base = tokio::time::Instant::now();
         let engine = match (self.machine)(config, Instant::from_nanos(0)) {
@@ -109,7 +109,7 @@ impl ClientBuilder {
             transport.clone(),
             base,
             calls_rx,
-            (inputs_tx, inputs_rx),
+            inputs_rx,
             ids.clone(),
         );
         tokio::spawn(

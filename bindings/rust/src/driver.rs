@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use dlock_core::{
     Acquire, Command, Event, HoldId, Input, Instant, LostReason, NotAcquired, Notice, OpId, Output,
-    Wait,
+    Reply, RequestId, Wait,
 };
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::Error;
 use crate::machine::{Machine, MachineError};
-use crate::transport::Transport;
+use crate::transport::{Pending, Transport};
 
 /// What the driver hands back for a successful acquire.
 #[derive(Debug)]
@@ -53,6 +55,24 @@ pub(crate) enum Call {
     },
 }
 
+/// One request on its way, with the id its reply goes back under.
+struct InFlight {
+    id: RequestId,
+    reply: Pending,
+}
+
+impl std::future::Future for InFlight {
+    type Output = (RequestId, Reply);
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let id = self.id;
+        self.reply.as_mut().poll(cx).map(|reply| (id, reply))
+    }
+}
+
 enum Waiter {
     Acquire(oneshot::Sender<Result<Option<Granted>, Error>>),
     Done(Option<oneshot::Sender<Result<(), Error>>>),
@@ -78,10 +98,13 @@ pub(crate) struct Driver {
     /// Set when the engine failed: the driver stops.
     broken: Option<MachineError>,
     transport: Transport,
+    /// Requests under way, polled by the driver itself: a reply reaches the engine without
+    /// a hop through another task.
+    requests: FuturesUnordered<InFlight>,
     base: tokio::time::Instant,
     calls: mpsc::UnboundedReceiver<Call>,
+    /// Notices from the transport.
     inputs: mpsc::UnboundedReceiver<Input>,
-    inputs_tx: mpsc::UnboundedSender<Input>,
     ids: Arc<AtomicU64>,
     waiting: BTreeMap<OpId, Waiter>,
     lost: BTreeMap<HoldId, watch::Sender<Option<LostReason>>>,
@@ -93,17 +116,17 @@ impl Driver {
         transport: Transport,
         base: tokio::time::Instant,
         calls: mpsc::UnboundedReceiver<Call>,
-        inputs: (mpsc::UnboundedSender<Input>, mpsc::UnboundedReceiver<Input>),
+        inputs: mpsc::UnboundedReceiver<Input>,
         ids: Arc<AtomicU64>,
     ) -> Self {
         Self {
             engine,
             broken: None,
             transport,
+            requests: FuturesUnordered::new(),
             base,
             calls,
-            inputs_tx: inputs.0,
-            inputs: inputs.1,
+            inputs,
             ids,
             waiting: BTreeMap::new(),
             lost: BTreeMap::new(),
@@ -135,6 +158,11 @@ impl Driver {
                 Some(input) = self.inputs.recv() => {
                     let now = self.now();
                     let result = self.engine.handle_input(now, input);
+                    self.check(result);
+                }
+                Some((id, reply)) = self.requests.next(), if !self.requests.is_empty() => {
+                    let now = self.now();
+                    let result = self.engine.handle_input(now, Input::Reply { id, reply });
                     self.check(result);
                 }
                 () = sleep_until(deadline) => {
@@ -226,17 +254,10 @@ impl Driver {
         };
         for out in outputs {
             match out {
-                Output::Request(request) => {
-                    let reply = self.transport.execute(request.op);
-                    let inputs = self.inputs_tx.clone();
-                    let id = request.id;
-                    tokio::spawn(async move {
-                        let _ = inputs.send(Input::Reply {
-                            id,
-                            reply: reply.await,
-                        });
-                    });
-                }
+                Output::Request(request) => self.requests.push(InFlight {
+                    id: request.id,
+                    reply: self.transport.execute(request.op),
+                }),
                 Output::Event(event) => self.event(event),
             }
         }

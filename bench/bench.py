@@ -1,0 +1,500 @@
+"""`just bench`: dlock next to the peer libraries, against the same servers, in one run.
+
+It starts one redis-server and one ZooKeeper on free loopback ports, then runs workers —
+separate OS processes, one command line for every language (see bench/src/bin/worker.rs) —
+for dlock from Rust (native and Wasm engine), Python and Node, and for the peers: redis-py
+``Lock``, python-redis-lock, pottery ``Redlock``, node-redlock, rslock, Redisson ``RLock``
+(JVM), kazoo ``Lock`` and Curator ``InterProcessMutex`` (JVM). Every library runs with its
+defaults. A peer whose worker cannot run is skipped with the reason printed.
+
+Measured:
+
+- raw round trips of the servers (PING, EVALSHA of ``return 1``, ZooKeeper ``exists``), from
+  Rust, measured before and after every round of the uncontended runs: the yardstick is the
+  lowest p50;
+- uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
+  across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
+- contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms, then works
+  W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
+  not take it straight back). From all workers' timelines (CLOCK_MONOTONIC, shared by the
+  processes) the hand-off latency is the time from a release, while another process was
+  waiting, to the next acquisition; the wait is the time from asking for the lock to getting
+  it; fairness is max/min acquisitions per worker. Cycles of the first second (warm-up) do
+  not count.
+
+The servers run on the first CPU and every client on the others, so that every round trip
+crosses CPUs (as it crosses machines in production) and every library meets the same costs.
+
+Writes bench/results/latest.md, bench/results/latest.svg (hand-off distributions, 8
+workers) and the summary table between the bench markers in README.md.
+
+Usage: bench.py [--seconds S] [--cycles N] [--only SUBSTRING]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+HOLD_US = 1000
+WORKERS = (2, 8, 16)
+ROUNDS = 3
+WARMUP = 1.0
+# Servers on the first CPU, every client on the others: a round trip then always crosses
+# CPUs, as it crosses machines in production. (Left to the scheduler, a process lands on the
+# server's CPU or not, and its round trips differ threefold on this kind of virtual machine.)
+ALL_CPUS = sorted(os.sched_getaffinity(0))
+SERVER_CPUS = set(ALL_CPUS[:1])
+CLIENT_CPUS = set(ALL_CPUS[1:]) or SERVER_CPUS
+
+
+def on_servers() -> None:
+    os.sched_setaffinity(0, SERVER_CPUS)
+
+
+def on_clients() -> None:
+    os.sched_setaffinity(0, CLIENT_CPUS)
+
+
+@dataclass
+class Impl:
+    label: str
+    language: str
+    backend: str  # "redis" or "zk"
+    command: List[str]
+    lib: str
+    dlock: bool = False
+    skipped: Optional[str] = None
+    uncontended: Dict[str, float] = field(default_factory=dict)
+    handoff: Dict[int, Dict[str, float]] = field(default_factory=dict)
+    distributions: Dict[int, List[float]] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(xs: List[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[int(q * (len(xs) - 1))] if xs else float("nan")
+
+
+def start_redis(directory: Path) -> Tuple["subprocess.Popen[bytes]", str]:
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, preexec_fn=on_servers,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return server, f"redis://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    server.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def start_zookeeper(directory: Path) -> Tuple["subprocess.Popen[bytes]", str]:
+    port = free_port()
+    (directory / "data").mkdir()
+    config = directory / "zoo.cfg"
+    config.write_text(
+        f"tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={directory / 'data'}\nclientPort={port}\n"
+        "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n"
+    )
+    server = subprocess.Popen(
+        ["java", "-Xmx512m", "-cp", "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar",
+         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=on_servers,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"srvr")
+                if b"Mode:" in s.recv(4096):
+                    return server, f"zk://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("ZooKeeper did not start")
+
+
+def implementations(python: str) -> List[Impl]:
+    rust = [str(ROOT / "target" / "release" / "worker")]
+    py = [python, str(ROOT / "bench" / "python" / "worker.py")]
+    node = ["node", str(ROOT / "bench" / "node" / "worker.mjs")]
+    jar = ROOT / "bench" / "java" / "target" / "worker.jar"
+    java = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-jar", str(jar)]
+    impls = [
+        Impl("dlock", "Rust", "redis", rust, "dlock", dlock=True),
+        Impl("dlock, Wasm engine", "Rust", "redis", rust, "dlock-wasm", dlock=True),
+        Impl("dlock", "Python", "redis", py, "dlock", dlock=True),
+        Impl("dlock", "Node", "redis", node, "dlock", dlock=True),
+        Impl("rslock", "Rust", "redis", rust, "rslock"),
+        Impl("redis-py Lock", "Python", "redis", py, "redis-py"),
+        Impl("python-redis-lock", "Python", "redis", py, "python-redis-lock"),
+        Impl("pottery Redlock", "Python", "redis", py, "pottery"),
+        Impl("node-redlock", "Node", "redis", node, "node-redlock"),
+        Impl("Redisson RLock", "Java", "redis", java, "redisson"),
+        Impl("dlock", "Rust", "zk", rust, "dlock", dlock=True),
+        Impl("dlock", "Python", "zk", py, "dlock", dlock=True),
+        Impl("kazoo Lock", "Python", "zk", py, "kazoo"),
+        Impl("Curator InterProcessMutex", "Java", "zk", java, "curator"),
+    ]
+    if not jar.exists():
+        for impl in impls:
+            if impl.language == "Java":
+                impl.skipped = "the JVM worker was not built (Maven could not fetch Redisson or Curator)"
+    return impls
+
+
+def run_json(command: List[str], timeout: float) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, preexec_fn=on_clients)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])}…: exit {done.returncode}: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def uncontended(impl: Impl, url: str, cycles: int) -> None:
+    """One round: N cycles in a fresh process. The best round (lowest p50) is kept."""
+    name = f"bench-solo-{impl.lib}-{impl.language}".lower()
+    result = run_json(impl.command + ["uncontended", impl.lib, url, name, str(cycles)], timeout=600)
+    samples = [s / 1e6 for s in result["samples"]]
+    measured = {"p50": pct(samples, 0.5), "p99": pct(samples, 0.99), "rate": len(samples) / (result["total"] / 1e9)}
+    if not impl.uncontended or measured["p50"] < impl.uncontended["p50"]:
+        impl.uncontended = measured
+
+
+def round_trips(urls: List[str], rtt: Dict[str, float]) -> None:
+    """Raw round trips from Rust; the lowest p50 of all measurements is kept."""
+    for url in urls:
+        for key, samples in run_json([str(ROOT / "target" / "release" / "worker"), "rtt", url, "5000"], 600).items():
+            rtt[key] = min(rtt.get(key, float("inf")), pct([s / 1e6 for s in samples], 0.5))
+
+
+def handoffs(timelines: List[List[Tuple[int, int, int]]]) -> Tuple[List[float], List[int]]:
+    """Hand-off latencies (ms) and acquisitions per worker, from (requested, acquired,
+    released) timelines."""
+    cycles = sorted((acq, rel) for timeline in timelines for _, acq, rel in timeline)
+    requests = sorted(req for timeline in timelines for req, _, _ in timeline)
+    acquired = sorted(acq for timeline in timelines for _, acq, _ in timeline)
+    latencies = []
+    for (_, released), (next_acquired, _) in zip(cycles, cycles[1:]):
+        # Someone else was waiting when the lock was released: requested before, not yet in.
+        waiting = bisect.bisect_left(requests, released) - bisect.bisect_right(acquired, released)
+        if waiting > 0 and next_acquired >= released:
+            latencies.append((next_acquired - released) / 1e6)
+    return latencies, [len(t) for t in timelines]
+
+
+def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="dlock-bench-"))
+    name = f"bench-handoff-{impl.lib}-{impl.language}-{workers}".lower()
+    outside_us = HOLD_US * workers
+    procs = []
+    try:
+        for w in range(workers):
+            out = directory / f"worker-{w}"
+            procs.append(subprocess.Popen(
+                impl.command + ["contend", impl.lib, url, name, str(out), str(WARMUP + seconds), str(HOLD_US), str(outside_us)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=on_clients,
+            ))
+        deadline = time.monotonic() + 120
+        while not all((directory / f"worker-{w}.ready").exists() for w in range(workers)):
+            for p in procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"a worker exited before starting: {p.stderr.read().decode()[-500:] if p.stderr else ''}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers not ready after 120 s")
+            time.sleep(0.02)
+        go = time.monotonic_ns()
+        (directory / "go").write_text("")
+        for p in procs:
+            p.wait(timeout=seconds + 120)
+            if p.returncode != 0:
+                raise RuntimeError(f"a worker failed: {p.stderr.read().decode()[-500:] if p.stderr else ''}")
+        timelines = [
+            [tuple(int(x) for x in line.split()) for line in (directory / f"worker-{w}").read_text().splitlines()]
+            for w in range(workers)
+        ]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        shutil.rmtree(directory, ignore_errors=True)
+    # Only cycles requested after the warm-up count (JIT compilers, connection pools).
+    start = go + int(WARMUP * 1e9)
+    timelines = [[c for c in timeline if c[0] >= start] for timeline in timelines]
+    latencies, counts = handoffs(timelines)  # type: ignore[arg-type]
+    waits = [(acq - req) / 1e6 for timeline in timelines for req, acq, _ in timeline]
+    impl.handoff[workers] = {
+        "acquisitions": sum(counts),
+        "p50": pct(latencies, 0.5),
+        "p99": pct(latencies, 0.99),
+        "wait p50": pct(waits, 0.5),
+        "wait p99": pct(waits, 0.99),
+        "samples": len(latencies),
+        "fairness": max(counts) / max(min(counts), 1),
+    }
+    impl.distributions[workers] = latencies
+
+
+def version(command: List[str], pattern: str = r"(\d+\.\d+(\.\d+)?)") -> str:
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        m = re.search(pattern, out.stdout + out.stderr)
+        return m.group(1) if m else "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    redis = version(["redis-server", "--version"], r"v=(\S+)")
+    java = version(["java", "-version"], r'version "(\S+)"')
+    return (
+        f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores; "
+        f"redis-server {redis}, ZooKeeper 3.8 (Debian), rustc {version(['rustc', '--version'])}, "
+        f"Python {platform.python_version()}, Node {version(['node', '--version'])}, Java {java}"
+    )
+
+
+def fmt(x: float, digits: int = 3) -> str:
+    return "—" if x != x else f"{x:.{digits}f}"
+
+
+def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int) -> Tuple[str, str]:
+    def find(label: str, language: str, backend: str) -> Optional[Impl]:
+        return next((i for i in impls if (i.label, i.language, i.backend) == (label, language, backend) and not i.skipped), None)
+
+    rust = find("dlock", "Rust", "redis")
+    rust_zk = find("dlock", "Rust", "zk")
+    evalsha, exists = rtt.get("evalsha", float("nan")), rtt.get("exists", float("nan"))
+    lines = [
+        f"# dlock next to its peers ({time.strftime('%Y-%m-%d')})",
+        "",
+        f"Machine: {machine()}.",
+        "One redis-server and one ZooKeeper on loopback, started by `just bench` and pinned to the first CPU, every client "
+        "process on the other CPUs; every library with its defaults; "
+        f"{cycles} uncontended cycles per library and round, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms and working "
+        "W ms outside the lock between cycles.",
+        "",
+        "## Round trips (the yardstick, from Rust)",
+        "",
+        "| operation | p50 (ms) |",
+        "| --- | ---: |",
+        f"| Redis PING | {fmt(rtt.get('ping', float('nan')))} |",
+        f"| Redis EVALSHA `return 1` | {fmt(evalsha)} |",
+        f"| ZooKeeper exists | {fmt(exists)} |",
+        "",
+        "## Uncontended acquire + release",
+        "",
+        "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, backend) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for impl in impls:
+        if impl.skipped or not impl.uncontended:
+            continue
+        u = impl.uncontended
+        base = find("dlock", impl.language, impl.backend) or (rust if impl.backend == "redis" else rust_zk)
+        two = 2 * (evalsha if impl.backend == "redis" else exists)
+        vs = u["p50"] / base.uncontended["p50"] if base and base.uncontended else float("nan")
+        lines.append(
+            f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | {fmt(u['p50'])} | "
+            f"{fmt(u['p99'])} | {u['rate']:.0f} | {fmt(u['p50'] / two, 2)} | {fmt(vs, 2)} |"
+        )
+    lines += [
+        "",
+        "## Contended hand-off between processes",
+        "",
+        "Hand-off: from a release, while another process waited, to the next acquisition. Wait: from asking for the "
+        "lock to getting it.",
+        "",
+        "| library | language | backend | workers | acquisitions | hand-off p50 (ms) | p99 (ms) | p50 / dlock Rust p50 | p50 / round trip | wait p50 (ms) | wait p99 (ms) | fairness max/min |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for workers in WORKERS:
+        for impl in impls:
+            h = impl.handoff.get(workers)
+            if impl.skipped or not h:
+                continue
+            base = rust if impl.backend == "redis" else rust_zk
+            base_p50 = base.handoff[workers]["p50"] if base and workers in base.handoff else float("nan")
+            yard = evalsha if impl.backend == "redis" else exists
+            lines.append(
+                f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | {workers} | "
+                f"{h['acquisitions']:.0f} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['p50'] / base_p50, 1)} | "
+                f"{fmt(h['p50'] / yard, 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
+            )
+    skipped = [f"- {i.label} ({i.language}): {i.skipped}" for i in impls if i.skipped]
+    if skipped:
+        lines += ["", "Skipped:", ""] + skipped
+
+    # The targets of issue 12, read off the numbers above.
+    def ratio(a: Optional[Impl], b: Optional[Impl], key: str = "p50", workers: Optional[int] = None) -> float:
+        if not a or not b:
+            return float("nan")
+        if workers is None:
+            return a.uncontended.get(key, float("nan")) / b.uncontended.get(key, float("nan"))
+        return a.handoff.get(workers, {}).get(key, float("nan")) / b.handoff.get(workers, {}).get(key, float("nan"))
+
+    fairness = max((i.handoff[w]["fairness"] for i in impls if i.dlock for w in i.handoff), default=float("nan"))
+    targets = [
+        ("uncontended Rust cycle / 2 EVALSHA round trips", rust.uncontended["p50"] / (2 * evalsha) if rust else float("nan"), "≤ 1.10", lambda x: x <= 1.10),
+        ("hand-off p50 / EVALSHA round trip (Rust, 8 workers)", rust.handoff[8]["p50"] / evalsha if rust and 8 in rust.handoff else float("nan"), "≤ 1", lambda x: x <= 1),
+        ("redis-py Lock hand-off / dlock (Python, 8 workers)", ratio(find("redis-py Lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "≥ 50", lambda x: x >= 50),
+        ("python-redis-lock hand-off / dlock (Python, 8 workers)", ratio(find("python-redis-lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "> 1", lambda x: x > 1),
+        ("Python cycle / Rust cycle", ratio(find("dlock", "Python", "redis"), rust), "≤ 1.15", lambda x: x <= 1.15),
+        ("Node cycle / Rust cycle", ratio(find("dlock", "Node", "redis"), rust), "≤ 1.15", lambda x: x <= 1.15),
+        ("dlock fairness, worst row", fairness, "≤ 1.2", lambda x: x <= 1.2),
+    ]
+    lines += ["", "## Targets", "", "| target | measured | goal | met |", "| --- | ---: | ---: | --- |"]
+    for what, value, goal, ok in targets:
+        lines.append(f"| {what} | {fmt(value, 2)} | {goal} | {'yes' if value == value and ok(value) else 'no'} |")
+    full = "\n".join(lines) + "\n"
+
+    summary = [
+        f"Measured by `just bench` on {time.strftime('%Y-%m-%d')} ({machine()}); full table: "
+        "[bench/results/latest.md](bench/results/latest.md).",
+        "",
+        "| library | language | backend | uncontended p50 (ms) | hand-off p50, 8 workers (ms) | wait p99, 8 workers (ms) | fairness, 8 workers |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for impl in impls:
+        if impl.skipped:
+            continue
+        h = impl.handoff.get(8, {})
+        summary.append(
+            f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | "
+            f"{fmt(impl.uncontended.get('p50', float('nan')))} | {fmt(h.get('p50', float('nan')))} | "
+            f"{fmt(h.get('wait p99', float('nan')), 1)} | {fmt(h.get('fairness', float('nan')), 2)} |"
+        )
+    return full, "\n".join(summary) + "\n"
+
+
+def plot(impls: List[Impl]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, backend, title in zip(axes, ("redis", "zk"), ("Redis", "ZooKeeper")):
+        for impl in impls:
+            xs = sorted(x for x in impl.distributions.get(8, []) if x > 0)
+            if impl.backend == backend and xs:
+                style = "-" if impl.dlock else "--"
+                ax.plot(xs, [i / len(xs) for i in range(len(xs))], style, label=f"{impl.label} ({impl.language})")
+        ax.set_xscale("log")
+        ax.set_xlabel("hand-off latency (ms, log scale)")
+        ax.set_ylabel("fraction of hand-offs")
+        ax.set_title(f"Hand-off between 8 processes, {title}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "latest.svg")
+    print(f"plot: {RESULTS / 'latest.svg'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--cycles", type=int, default=2000)
+    parser.add_argument("--only", default="", help="run only libraries whose label contains this")
+    args = parser.parse_args()
+    impls = [i for i in implementations(sys.executable) if args.only.lower() in f"{i.label} {i.language}".lower()]
+    directory = Path(tempfile.mkdtemp(prefix="dlock-bench-servers-"))
+    (directory / "redis").mkdir()
+    (directory / "zk").mkdir()
+    redis_server, redis_url = start_redis(directory / "redis")
+    zk_server, zk_url = start_zookeeper(directory / "zk")
+    try:
+        rtt: Dict[str, float] = {}
+        round_trips([redis_url, zk_url], rtt)
+        for impl in impls:
+            if impl.skipped:
+                print(f"skip {impl.label} ({impl.language}): {impl.skipped}", flush=True)
+        # Rounds take turns across libraries, so that a noisy moment of the machine does not
+        # land on one library's every measurement.
+        for _ in range(ROUNDS):
+            for impl in impls:
+                if impl.skipped:
+                    continue
+                url = redis_url if impl.backend == "redis" else zk_url
+                try:
+                    uncontended(impl, url, args.cycles)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    impl.skipped = f"its worker failed: {e}"
+                    print(f"skip {impl.label} ({impl.language}): {impl.skipped}", flush=True)
+            round_trips([redis_url, zk_url], rtt)
+        print("round trips (ms):", {k: round(v, 4) for k, v in rtt.items()}, flush=True)
+        for impl in impls:
+            if impl.uncontended:
+                print(f"{impl.label:>26} {impl.language:>6} {impl.backend:>5}: uncontended p50 {impl.uncontended['p50']:.3f} ms", flush=True)
+        for workers in WORKERS:
+            for impl in impls:
+                if impl.skipped:
+                    continue
+                url = redis_url if impl.backend == "redis" else zk_url
+                try:
+                    contend(impl, url, workers, args.seconds)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    print(f"{impl.label} ({impl.language}) x{workers} failed: {e}", flush=True)
+                    continue
+                h = impl.handoff[workers]
+                print(
+                    f"{impl.label:>26} {impl.language:>6} {impl.backend:>5} x{workers:<2}: {h['acquisitions']:6.0f} acquisitions, "
+                    f"hand-off p50 {fmt(h['p50'])} ms p99 {fmt(h['p99'])} ms ({h['samples']} hand-offs), fairness {h['fairness']:.2f}",
+                    flush=True,
+                )
+    finally:
+        for server in (redis_server, zk_server):
+            server.kill()
+            server.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+    full, summary = report(impls, rtt, args.seconds, args.cycles)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.md").write_text(full)
+    print(full)
+    plot(impls)
+    if not args.only:
+        readme = ROOT / "README.md"
+        text = readme.read_text()
+        start, end = "<!-- bench:start -->\n", "<!-- bench:end -->"
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            readme.write_text(head + start + summary + rest[rest.index(end):])
+            print("README.md: benchmark table updated")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+// The Node worker of `just bench` (bench/bench.py runs it), with the command line of the Rust
+// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N` and
+// `contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`.
+//
+// Libraries, each with its defaults: `dlock` (the package built in node/) and `node-redlock`
+// (v4 on ioredis: retries every 200 ms ± 200 ms jitter, 10 times per call; the worker calls
+// again until it gets the lock).
+import { createRequire } from 'node:module'
+import { existsSync, writeFileSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import Redis from 'ioredis'
+import Redlock from 'redlock'
+
+const require = createRequire(import.meta.url)
+const { connect } = require('../../node/index.js')
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const now = () => process.hrtime.bigint()
+
+/** Acquire (waiting as long as it takes) -> the release function. */
+async function library(lib, url, name) {
+  if (lib === 'dlock') {
+    const lock = (await connect(url)).lock(name, { leaseMs: 10_000 })
+    return async () => {
+      const held = await lock.acquire()
+      return () => held.release()
+    }
+  }
+  if (lib === 'node-redlock') {
+    const redlock = new Redlock([new Redis(new URL(url).port, '127.0.0.1')])
+    return async () => {
+      for (;;) {
+        try {
+          const lock = await redlock.lock(name, 10_000)
+          return () => lock.unlock()
+        } catch (err) {
+          if (err.name !== 'LockError') throw err
+        }
+      }
+    }
+  }
+  throw new Error(`unknown library ${lib}`)
+}
+
+const [mode, lib, url, name] = process.argv.slice(2)
+const acquire = await library(lib, url, name)
+if (mode === 'uncontended') {
+  const n = Number(process.argv[6])
+  await (await acquire())()
+  const samples = []
+  const start = now()
+  for (let i = 0; i < n; i++) {
+    const t = now()
+    await (await acquire())()
+    samples.push(Number(now() - t))
+  }
+  console.log(JSON.stringify({ samples, total: Number(now() - start) }))
+} else {
+  const [out, seconds, holdUs, outsideUs] = process.argv.slice(6)
+  writeFileSync(`${out}.ready`, '')
+  while (!existsSync(join(dirname(out), 'go'))) await sleep(1)
+  const deadline = now() + BigInt(Math.round(Number(seconds) * 1e9))
+  const lines = []
+  while (now() < deadline) {
+    const requested = now()
+    const release = await acquire()
+    const acquired = now()
+    await sleep(Number(holdUs) / 1000)
+    const released = now()
+    await release()
+    lines.push(`${requested} ${acquired} ${released}\n`)
+    await sleep(Number(outsideUs) / 1000)
+  }
+  writeFileSync(out, lines.join(''))
+}
+process.exit(0)

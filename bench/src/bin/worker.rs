@@ -1,0 +1,184 @@
+//! The Rust worker of `just bench` (bench/bench.py runs it): dlock with the native engine
+//! (`dlock`) or the Wasm engine (`dlock-wasm`), and rslock (`rslock`, Redlock on one node,
+//! with its default retry of up to 200 ms). Same command line as the Python, Node and Java
+//! workers:
+//!
+//! - `worker rtt URL N`: N raw round trips of the server (PING and EVALSHA of `return 1` on
+//!   Redis, `exists /` on ZooKeeper); prints `{"ping": [ns…], "evalsha": [ns…]}` or
+//!   `{"exists": [ns…]}`.
+//! - `worker uncontended LIB URL NAME N`: N acquire + release cycles of a lock nobody else
+//!   uses; prints `{"samples": [ns…], "total": ns}`.
+//! - `worker contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`: connects, writes
+//!   `OUT.ready` and waits for a file `go` beside OUT; then for SECONDS it acquires (waiting
+//!   as long as it takes), holds HOLD_US, releases and works OUTSIDE_US outside the lock, and
+//!   writes one line `t_request t_acquired t_released` (CLOCK_MONOTONIC ns) per cycle to OUT.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+type Release = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>>>;
+type Acquire = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Release>>>>;
+
+fn now_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+    u64::try_from(ts.tv_sec()).expect("after boot") * 1_000_000_000
+        + u64::try_from(ts.tv_nsec()).expect("in range")
+}
+
+fn print_samples(key: &str, samples: &[u64]) -> String {
+    let list: Vec<String> = samples.iter().map(u64::to_string).collect();
+    format!("\"{key}\": [{}]", list.join(","))
+}
+
+/// Acquire (waiting as long as it takes) → the release, for one library.
+async fn library(lib: &str, url: &str, name: &str) -> Acquire {
+    let name = name.to_owned();
+    match lib {
+        "dlock" | "dlock-wasm" => {
+            let mut builder = dlock::Client::builder(url);
+            if lib == "dlock-wasm" {
+                let component =
+                    dlock_wasmtime::WasmComponent::from_file(dlock_testkit::wasm_component())
+                        .expect("target/dlock.wasm (just wasm)");
+                builder = builder.machine(component.factory());
+            }
+            let client = builder.connect().await.expect("connects");
+            Box::new(move || {
+                let lock = client.lock(&name).lease(Duration::from_secs(10));
+                Box::pin(async move {
+                    let guard = lock.acquire().await.expect("acquires");
+                    Box::new(move || {
+                        Box::pin(async move { guard.release().await.expect("releases") })
+                            as Pin<Box<dyn Future<Output = ()>>>
+                    }) as Release
+                })
+            })
+        }
+        "rslock" => {
+            let manager = std::rc::Rc::new(rslock::LockManager::new(vec![url.to_owned()]));
+            Box::new(move || {
+                let (manager, name) = (manager.clone(), name.clone());
+                Box::pin(async move {
+                    let lock = manager
+                        .acquire_no_guard(name.as_bytes(), Duration::from_secs(10))
+                        .await
+                        .expect("acquires");
+                    Box::new(move || {
+                        Box::pin(async move { manager.unlock(&lock).await })
+                            as Pin<Box<dyn Future<Output = ()>>>
+                    }) as Release
+                })
+            })
+        }
+        other => panic!("unknown library {other}"),
+    }
+}
+
+async fn rtt(url: &str, n: usize) -> String {
+    let times = |samples: &mut Vec<u64>, t: u64| samples.push(now_ns() - t);
+    if let Some(hosts) = url.strip_prefix("zk://") {
+        let client = zookeeper_client::Client::connector()
+            .connect(hosts)
+            .await
+            .expect("connects");
+        let mut exists = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = now_ns();
+            client.check_stat("/").await.expect("exists");
+            times(&mut exists, t);
+        }
+        return format!("{{{}}}", print_samples("exists", &exists));
+    }
+    let mut con = redis::Client::open(url)
+        .expect("a URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connects");
+    let script = redis::Script::new("return 1");
+    let (mut ping, mut evalsha) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let _: i64 = script.invoke_async(&mut con).await.expect("loads");
+    for _ in 0..n {
+        let t = now_ns();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .expect("PING");
+        times(&mut ping, t);
+        let t = now_ns();
+        let _: i64 = script.invoke_async(&mut con).await.expect("EVALSHA");
+        times(&mut evalsha, t);
+    }
+    format!(
+        "{{{}, {}}}",
+        print_samples("ping", &ping),
+        print_samples("evalsha", &evalsha)
+    )
+}
+
+async fn contend(
+    mut acquire: Acquire,
+    out: &Path,
+    seconds: f64,
+    hold: Duration,
+    outside: Duration,
+) {
+    let ready = PathBuf::from(format!("{}.ready", out.display()));
+    std::fs::write(&ready, "").expect("writable");
+    let go = out.parent().expect("a directory").join("go");
+    while !go.exists() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let deadline = now_ns() + (seconds * 1e9) as u64;
+    let mut lines = String::new();
+    while now_ns() < deadline {
+        let requested = now_ns();
+        let release = acquire().await;
+        let acquired = now_ns();
+        tokio::time::sleep(hold).await;
+        let released = now_ns();
+        release().await;
+        lines.push_str(&format!("{requested} {acquired} {released}\n"));
+        tokio::time::sleep(outside).await;
+    }
+    std::fs::write(out, lines).expect("writable");
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .expect("see the usage in worker.rs")
+    };
+    let num = |i: usize| arg(i).parse::<u64>().expect("a number");
+    match arg(0) {
+        "rtt" => println!("{}", rtt(arg(1), num(2) as usize).await),
+        "uncontended" => {
+            let mut acquire = library(arg(1), arg(2), arg(3)).await;
+            (acquire().await)().await; // warm up: scripts loaded, connections open
+            let n = num(4) as usize;
+            let mut samples = Vec::with_capacity(n);
+            let start = now_ns();
+            for _ in 0..n {
+                let t = now_ns();
+                (acquire().await)().await;
+                samples.push(now_ns() - t);
+            }
+            let total = now_ns() - start;
+            println!(
+                "{{{}, \"total\": {total}}}",
+                print_samples("samples", &samples)
+            );
+        }
+        "contend" => {
+            let acquire = library(arg(1), arg(2), arg(3)).await;
+            let seconds: f64 = arg(5).parse().expect("seconds");
+            let micros = |i| Duration::from_micros(num(i));
+            contend(acquire, Path::new(arg(4)), seconds, micros(6), micros(7)).await;
+        }
+        other => panic!("unknown mode {other}"),
+    }
+}
