@@ -57,6 +57,11 @@ export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock
   status(name: string): Promise<LockStatus>
+  /**
+   * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
+   * least the highest token stored there before; false (nothing changed) for a stale holder.
+   */
+  fencedWrite(resource: string, token: bigint | number, value: string): Promise<boolean>
   readonly closed: boolean
   close(): Promise<void>
   [Symbol.asyncDispose](): Promise<void>

@@ -75,6 +75,19 @@ class Client {
     return { ...s, owner: s.owner ?? null, ttlMs: s.ttlMs ?? null }
   }
 
+  /**
+   * Fencing at the resource, in one call: stores `value` in the Redis hash `resource` (fields
+   * `value` and `fence`) only if `token` (the lock's fencingToken) is at least the highest
+   * token stored there before. Resolves false, changing nothing, for a stale holder.
+   */
+  async fencedWrite(resource, token, value) {
+    if (typeof token === 'number') {
+      if (!Number.isSafeInteger(token) || token < 1) throw invalid(`fencing token must be a positive integer, got ${token}`)
+      token = BigInt(token)
+    }
+    return call(this.#native.fencedWrite(resource, token, value))
+  }
+
   get closed() {
     return this.#native.closed
   }

@@ -255,3 +255,71 @@ fn reference_store_matches_redis_server() {
         "too little compared: {completed} of 8 sequences complete, {interrupted} attempts stalled"
     );
 }
+
+/// The fenced write ([`redis::FENCED_WRITE`]) against the reference store: random tokens
+/// (equal, smaller, larger, beyond 2^53, malformed) give the same replies and keyspace.
+#[test]
+fn fenced_write_matches_redis_server() {
+    let server = RedisServer::start();
+    let mut con = resp::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connect");
+    let script = resp::Script::new(redis::FENCED_WRITE);
+    let mut store = Store::new();
+    let mut rng = Rng(7);
+    let tokens = [
+        "1",
+        "2",
+        "9",
+        "10",
+        "99",
+        "100",
+        "9007199254740993",
+        "18446744073709551615",
+    ];
+    let (mut written, mut refused, mut errors) = (0, 0, 0);
+    for step in 0..400 {
+        let resource = ["stock:{a}", "stock:{b}"][rng.below(2) as usize];
+        let token = match rng.below(20) {
+            0 => "0".to_owned(),
+            1 => "007".to_owned(),
+            2 => "-3".to_owned(),
+            3 => "x".to_owned(),
+            _ => (*rng.pick(&tokens)).to_owned(),
+        };
+        let value = format!("v{step}");
+        let real = script
+            .key(resource)
+            .arg(&token)
+            .arg(&value)
+            .invoke::<resp::Value>(&mut con)
+            .map(convert)
+            .map_err(|e| e.to_string());
+        let reference = store.fenced_write(0, resource, &token, &value);
+        match (&real, &reference) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a, b, "step {step}: {resource} {token}");
+                match redis::parse_fenced_write(a).expect("well formed") {
+                    redis::FencedWrite::Written => written += 1,
+                    redis::FencedWrite::Stale { .. } => refused += 1,
+                }
+            }
+            (Err(a), Err(b)) => {
+                assert!(
+                    a.contains(b.trim_start_matches("ERR ")),
+                    "step {step}: {a} / {b}"
+                );
+                errors += 1;
+            }
+            _ => panic!(
+                "step {step}: {resource} {token}: redis-server {real:?}, reference {reference:?}"
+            ),
+        }
+        let (_, real_keys) = dump_real(&mut con);
+        assert_eq!(real_keys, store.dump(0), "step {step}: keyspaces differ");
+    }
+    println!(
+        "fenced write: {written} written, {refused} refused, {errors} malformed tokens; the same on both"
+    );
+    assert!(written > 10 && refused > 10 && errors > 10);
+}

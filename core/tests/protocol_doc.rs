@@ -7,7 +7,13 @@ fn protocol_doc_quotes_every_script_verbatim() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("../docs/PROTOCOL.md")).expect("docs/PROTOCOL.md");
     for file in [
-        "prelude", "acquire", "release", "dequeue", "extend", "status",
+        "prelude",
+        "acquire",
+        "release",
+        "dequeue",
+        "extend",
+        "status",
+        "fenced_write",
     ] {
         let lua = std::fs::read_to_string(root.join(format!("src/redis/lua/{file}.lua")))
             .expect("script");

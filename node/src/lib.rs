@@ -168,6 +168,29 @@ impl NativeClient {
         }
     }
 
+    /// The fenced write: true if `value` was stored under `token`, false if refused as stale.
+    #[napi]
+    pub async fn fenced_write(
+        &self,
+        resource: String,
+        token: BigInt,
+        value: String,
+    ) -> Result<bool> {
+        let (sign, token, lossless) = token.get_u64();
+        if sign || !lossless {
+            return Err(coded(
+                "DLOCK_INVALID_ARGUMENT",
+                "a fencing token is a positive 64-bit integer",
+            ));
+        }
+        let outcome = self
+            .client()?
+            .fenced_write(&resource, token, &value)
+            .await
+            .map_err(|e| js_error(&e))?;
+        Ok(outcome == dlock::FencedWrite::Written)
+    }
+
     #[napi]
     pub async fn status(&self, name: String) -> Result<LockStatus> {
         let s = self

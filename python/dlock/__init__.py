@@ -176,6 +176,18 @@ class Client:
         """Who holds ``name`` now, and who waits for it."""
         return _status(name, self._native.status(name))
 
+    def fenced_write(self, resource: str, token: int, value: str) -> bool:
+        """Fencing at the resource, in one call: stores ``value`` in the Redis hash
+        ``resource`` (fields ``value`` and ``fence``) only if ``token`` — the fencing token of
+        the lock that guards it — is at least the highest token stored there before. Returns
+        False, changing nothing, for a holder whose lock was lost and taken by someone else::
+
+            with client.lock("stock/42") as held:
+                if not client.fenced_write("stock:42", held.fencing_token, "17"):
+                    raise RuntimeError("lost the lock: a newer holder wrote first")
+        """
+        return self._native.fenced_write(resource, token, value)
+
     @property
     def closed(self) -> bool:
         return self._native.closed

@@ -93,6 +93,10 @@ class AsyncClient:
         raw = await asyncio.get_running_loop().run_in_executor(None, self._native.status, name)
         return _status(name, raw)
 
+    async def fenced_write(self, resource: str, token: int, value: str) -> bool:
+        """See :meth:`dlock.Client.fenced_write`."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._native.fenced_write, resource, token, value)
+
     @property
     def closed(self) -> bool:
         return self._native.closed

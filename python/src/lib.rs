@@ -334,6 +334,22 @@ impl NativeClient {
         Ok(d)
     }
 
+    /// The fenced write: true if `value` was stored under `token`, false if refused as stale.
+    fn fenced_write(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        token: u64,
+        value: String,
+    ) -> PyResult<bool> {
+        let client = self.client(py)?;
+        let outcome = block_on(py, async move {
+            client.fenced_write(&resource, token, &value).await
+        })?
+        .map_err(|e| to_py(py, &e))?;
+        Ok(outcome == dlock::FencedWrite::Written)
+    }
+
     /// Stops taking calls. Held locks stay held until released.
     fn close(&self) {
         self.client.lock().unwrap_or_else(|e| e.into_inner()).take();

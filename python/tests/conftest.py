@@ -1,10 +1,13 @@
-"""Fixtures: a real redis-server per test, on a free loopback port in a temporary directory."""
+"""Fixtures: a real redis-server, ZooKeeper or PostgreSQL per test, on a free loopback port in
+a temporary directory."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, List
@@ -134,5 +137,46 @@ class ZooKeeperServer:
 def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     assert Path("/usr/share/java/zookeeper.jar").exists(), "zookeeper is not installed (scripts/setup installs it)"
     server = ZooKeeperServer(tmp_path)
+    yield server
+    server.stop()
+
+
+class PostgresServer:
+    """A PostgreSQL server of the test's own: initdb and pg_ctl from Debian's package, a
+    temporary directory, a free loopback port. Run as the `postgres` user when the tests run
+    as root (PostgreSQL refuses to run as root)."""
+
+    def __init__(self) -> None:
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+        assert versions, "postgresql is not installed (scripts/setup installs it)"
+        self.bin = versions[-1].parent
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="dlock-pg-"))
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.directory, "postgres")
+        data = self.directory / "data"
+        self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync")
+        self._run(
+            "pg_ctl", "-D", str(data), "-l", str(self.directory / "log"), "-w", "-t", "60", "start",
+            "-o", f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off",
+        )
+        self.data = data
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run([*self.as_user, str(self.bin / tool), *args], check=True, stdout=subprocess.DEVNULL)
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
     yield server
     server.stop()

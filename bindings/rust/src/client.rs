@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::redis::LockStatus;
-use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId, Protocol};
+use dlock_core::redis::{FencedWrite, LockStatus};
+use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId, Protocol, Response};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -167,6 +167,42 @@ impl Client {
         let op = self.inner.protocol.status_request(name)?;
         let reply = self.inner.transport.execute(op).await;
         Ok(self.inner.protocol.parse_status(reply)?)
+    }
+
+    /// Fencing at the resource, in one call: stores `value` in the Redis hash `resource`
+    /// (fields `value` and `fence`) only if `token` — the fencing token of the lock that
+    /// guards it — is at least the highest token stored there before. A holder that lost its
+    /// lock without knowing gets [`FencedWrite::Stale`] and changes nothing. Redis and
+    /// memory:// only; the protocol is in docs/PROTOCOL.md (fenced writes).
+    pub async fn fenced_write(
+        &self,
+        resource: &str,
+        token: u64,
+        value: &str,
+    ) -> Result<FencedWrite, Error> {
+        if matches!(self.inner.protocol, Protocol::ZooKeeper(_)) {
+            return Err(Error::Unsupported(
+                "fenced writes store the resource in Redis: use a redis:// client for it".into(),
+            ));
+        }
+        dlock_core::check_name(resource)?;
+        if token == 0 {
+            return Err(Error::InvalidArgument(
+                "fencing tokens start at 1; 0 is never one".into(),
+            ));
+        }
+        let reply = self
+            .inner
+            .transport
+            .fenced_write(resource, token, value)
+            .await;
+        match reply.map_err(dlock_core::Error::from)? {
+            Response::Redis(value) => Ok(dlock_core::redis::parse_fenced_write(&value)?),
+            other => Err(dlock_core::Error::MalformedReply(format!(
+                "fenced write replied {other:?}"
+            ))
+            .into()),
+        }
     }
 
     fn next_id(&self) -> u64 {

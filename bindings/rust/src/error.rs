@@ -10,8 +10,12 @@ pub use dlock_core::LostReason;
 pub enum Error {
     /// The URL could not be parsed.
     InvalidUrl(String),
-    /// The URL names a backend this build does not support (yet).
+    /// The URL names a backend this build does not support (yet), or the call needs another
+    /// backend (a fenced write needs Redis).
     Unsupported(String),
+    /// An argument the call cannot work with (e.g. fencing token 0), refused before anything
+    /// was sent.
+    InvalidArgument(String),
     /// The backend could not be reached when connecting.
     Connect(String),
     /// The wait ran out before the lock could be acquired.
@@ -46,7 +50,10 @@ impl Error {
     /// True for the caller's mistakes: bad names, leases, URLs, or using a released lock.
     pub fn is_misuse(&self) -> bool {
         match self {
-            Error::InvalidUrl(_) | Error::Unsupported(_) | Error::Closed => true,
+            Error::InvalidUrl(_)
+            | Error::Unsupported(_)
+            | Error::InvalidArgument(_)
+            | Error::Closed => true,
             Error::Engine(e) => e.is_misuse(),
             _ => false,
         }
@@ -70,6 +77,7 @@ impl fmt::Display for Error {
         match self {
             Error::InvalidUrl(why) => write!(f, "invalid backend URL: {why}"),
             Error::Unsupported(why) => write!(f, "unsupported backend: {why}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::Connect(why) => write!(f, "cannot connect to the backend: {why}"),
             Error::WaitTimedOut => f.write_str("timed out waiting for the lock"),
             Error::Lost(reason) => write!(f, "the lock was lost ({})", reason_text(reason)),

@@ -32,6 +32,6 @@ mod transport;
 pub use client::{
     Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, SharedGuard,
 };
-pub use dlock_core::redis::LockStatus;
+pub use dlock_core::redis::{FencedWrite, LockStatus};
 pub use error::{Error, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};

@@ -413,3 +413,61 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     first.release().await.unwrap();
     assert_eq!(waiter.await.unwrap().unwrap(), token + 1);
 }
+
+/// Fencing at the resource: a holder whose lock was taken over cannot overwrite the newer
+/// holder's write, on redis-server and on memory://.
+#[tokio::test]
+async fn a_fenced_write_with_a_stale_token_is_refused() {
+    use dlock::FencedWrite;
+
+    let server = RedisServer::start();
+    let memory = format!("memory://fenced-{}", std::process::id());
+    for url in [server.url(), memory] {
+        let (old, new) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+        // The old holder's tenure ends (max-hold) while it still works; a new one begins.
+        let stale = old
+            .lock("stock/42")
+            .max_hold(150 * MS)
+            .acquire()
+            .await
+            .unwrap();
+        let stale_token = stale.fencing_token();
+        assert_eq!(
+            old.fenced_write("stock:42", stale_token, "10").await,
+            Ok(FencedWrite::Written)
+        );
+        let fresh = new
+            .lock("stock/42")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(fresh.fencing_token() > stale_token, "{url}");
+        let token = fresh.fencing_token();
+        assert_eq!(
+            new.fenced_write("stock:42", token, "9").await,
+            Ok(FencedWrite::Written)
+        );
+        assert_eq!(
+            new.fenced_write("stock:42", token, "8").await,
+            Ok(FencedWrite::Written),
+            "the same tenure writes again"
+        );
+        // The paused holder wakes up and writes: refused, and nothing changes.
+        assert_eq!(
+            old.fenced_write("stock:42", stale_token, "11").await,
+            Ok(FencedWrite::Stale { highest: token }),
+            "{url}"
+        );
+        assert!(matches!(
+            old.fenced_write("stock:42", 0, "x").await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(old.fenced_write("", 5, "x").await.unwrap_err().is_misuse());
+        fresh.release().await.unwrap();
+        drop(stale);
+    }
+    let mut con = raw(&server).await;
+    let stored: String = con.hget("stock:42", "value").await.unwrap();
+    assert_eq!(stored, "8");
+}

@@ -40,6 +40,13 @@ async fn reentrancy_try_acquire_and_status() {
     let a = connect(&zk.url()).await.unwrap();
     let b = connect(&zk.url()).await.unwrap();
     let outer = a.lock("orders/42").owner(1).acquire().await.unwrap();
+    assert!(
+        matches!(
+            a.fenced_write("stock:42", outer.fencing_token(), "1").await,
+            Err(dlock::Error::Unsupported(_))
+        ),
+        "fenced writes need Redis"
+    );
     let inner = a.lock("orders/42").owner(1).acquire().await.unwrap();
     assert_eq!(inner.fencing_token(), outer.fencing_token());
     let status = b.status("orders/42").await.unwrap();

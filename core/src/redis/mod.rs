@@ -64,6 +64,44 @@ impl Script {
     }
 }
 
+/// The fenced write, for the resource a lock protects (not part of the lock protocol):
+/// `EVALSHA sha1(FENCED_WRITE) 1 resource token value` stores `value` in the hash `resource`
+/// (fields `value` and `fence`) only if `token` is at least the highest token stored there
+/// before. Its reply is read by [`parse_fenced_write`].
+pub const FENCED_WRITE: &str = include_str!("lua/fenced_write.lua");
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// The value is stored under this token.
+    Written,
+    /// Refused: the resource has already seen a newer token, `highest`. The writer's lock
+    /// was lost (and taken by someone else) at some point; nothing was changed.
+    Stale { highest: u64 },
+}
+
+/// The outcome of a [`FENCED_WRITE`] from its reply.
+pub fn parse_fenced_write(reply: &Value) -> Result<FencedWrite, Error> {
+    let bad = || Error::MalformedReply(format!("fenced write replied {reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    let token = |v: &Value| match v {
+        Value::Data(d) => core::str::from_utf8(d)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok()),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    match items.as_slice() {
+        [Value::Int(1), t] if token(t).is_some() => Ok(FencedWrite::Written),
+        [Value::Int(0), t] => token(t)
+            .map(|highest| FencedWrite::Stale { highest })
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
+
 /// A backend operation on Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisOp {

@@ -114,6 +114,44 @@ impl Store {
         self.hget(key, field)
     }
 
+    /// The fenced write ([`super::FENCED_WRITE`]) at server time `now_ms`, mirroring its
+    /// Lua source.
+    pub fn fenced_write(
+        &mut self,
+        now_ms: u64,
+        resource: &str,
+        token: &str,
+        value: &str,
+    ) -> Result<Value, String> {
+        self.now = now_ms;
+        let highest = self.hget(resource, "fence")?.unwrap_or_else(|| "0".into());
+        let decimal = token
+            .bytes()
+            .next()
+            .is_some_and(|b| (b'1'..=b'9').contains(&b))
+            && token.bytes().all(|b| b.is_ascii_digit());
+        if !decimal {
+            return Err(
+                "ERR dlock fenced write: the token must be a positive decimal integer".into(),
+            );
+        }
+        if token.len() < highest.len() || (token.len() == highest.len() && token < highest.as_str())
+        {
+            return Ok(Value::Array(vec![
+                Value::Int(0),
+                Value::Data(highest.into_bytes()),
+            ]));
+        }
+        self.hset(
+            resource,
+            &[("fence", token.to_owned()), ("value", value.to_owned())],
+        )?;
+        Ok(Value::Array(vec![
+            Value::Int(1),
+            Value::Data(token.as_bytes().to_vec()),
+        ]))
+    }
+
     // --- the scripts, each mirroring its Lua source ---
 
     fn acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {

@@ -21,6 +21,7 @@ type Subscription = (String, oneshot::Sender<Reply>);
 pub(crate) struct RedisTransport {
     con: ConnectionManager,
     scripts: Arc<BTreeMap<Script, redis::Script>>,
+    fenced_write: Arc<redis::Script>,
     subscribe: mpsc::UnboundedSender<Subscription>,
     pubsub: Arc<tokio::task::AbortHandle>,
 }
@@ -77,6 +78,7 @@ impl RedisTransport {
         Ok(Self {
             con,
             scripts: Arc::new(scripts),
+            fenced_write: Arc::new(redis::Script::new(dlock_core::redis::FENCED_WRITE)),
             subscribe,
             pubsub: Arc::new(task.abort_handle()),
         })
@@ -116,6 +118,19 @@ impl RedisTransport {
                 })
             }
         }
+    }
+
+    pub(crate) fn fenced_write(&self, resource: &str, token: u64, value: &str) -> Pending {
+        let (mut con, script) = (self.con.clone(), self.fenced_write.clone());
+        let (resource, value) = (resource.to_owned(), value.to_owned());
+        Box::pin(async move {
+            let mut call = script.prepare_invoke();
+            call.key(resource).arg(token).arg(value);
+            call.invoke_async::<redis::Value>(&mut con)
+                .await
+                .map(|v| Response::Redis(convert(v)))
+                .map_err(transport_error)
+        })
     }
 
     pub(crate) fn close(&self) {
