@@ -315,7 +315,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "",
         "## Uncontended acquire + release",
         "",
-        "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, backend) |",
+        "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, else Rust; same backend) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for impl in impls:
