@@ -22,6 +22,11 @@ export interface ConnectOptions {
   waiterLeaseMs?: number | null
   /** How long a backend request may take before it counts as failed (default 2000). */
   requestTimeoutMs?: number | null
+  /**
+   * Lock-delay (Redis only, default off): a lock whose holder stops renewing without releasing
+   * stays taken this long after its lease, so a paused holder cannot clash with a new one.
+   */
+  lockDelayMs?: number | null
 }
 
 export interface LockOptions {

@@ -50,8 +50,8 @@ let nextOwner = 1
 /** Connects to `redis://host:port[/db]`, `rediss://…` (TLS) or `memory://[name]`. */
 async function connect(url, options = {}) {
   if (typeof url !== 'string') throw invalid('url must be a string')
-  const { waiterLeaseMs = null, requestTimeoutMs = null } = options
-  const inner = await call(native.connect(url, waiterLeaseMs, requestTimeoutMs))
+  const { waiterLeaseMs = null, requestTimeoutMs = null, lockDelayMs = null } = options
+  const inner = await call(native.connect(url, waiterLeaseMs, requestTimeoutMs, lockDelayMs))
   return new Client(inner, url)
 }
 

@@ -58,6 +58,12 @@ pub struct Config {
     /// At most this many locks are renewed by one request (Redis only: ZooKeeper renews a
     /// session, not locks).
     pub max_batch: usize,
+    /// Lock-delay (Chubby's idea; Redis only): a lock whose holder stops renewing it without
+    /// releasing it stays taken for this long after its lease, so that a paused holder that
+    /// wakes up cannot clash with a new holder in that window. The server keeps each lock for
+    /// `lease + lock_delay`; the holder's own validity still ends with the lease. A release
+    /// frees the lock at once. Zero (the default) is off.
+    pub lock_delay: Duration,
     pub protocol: Protocol,
 }
 
@@ -68,6 +74,7 @@ impl Config {
             waiter_lease: Duration::from_secs(3),
             request_timeout: Duration::from_secs(2),
             max_batch: 100,
+            lock_delay: Duration::ZERO,
             protocol: Protocol::Redis,
         }
     }

@@ -184,6 +184,11 @@ fn engine_config(rng: &mut Rng) -> Config {
         waiter_lease: setting(rng),
         request_timeout: setting(rng),
         max_batch: rng.below(4) as usize,
+        lock_delay: if rng.chance(200) {
+            setting(rng)
+        } else {
+            Duration::ZERO
+        },
         protocol,
         ..Config::new(ClientId(1))
     }

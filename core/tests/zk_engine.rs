@@ -340,6 +340,16 @@ fn malformed_replies_become_typed_errors() {
         Engine::new(config, now),
         Err(Error::InvalidConfig(_))
     ));
+    // So is lock-delay, which ZooKeeper cannot provide.
+    let config = Config {
+        lock_delay: Duration::from_secs(1),
+        protocol: Protocol::ZooKeeper(ZkSettings::new(SESSION)),
+        ..Config::new(ClientId(1))
+    };
+    assert!(matches!(
+        Engine::new(config, now),
+        Err(Error::InvalidConfig(_))
+    ));
 }
 
 #[test]

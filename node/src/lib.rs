@@ -55,6 +55,7 @@ pub async fn connect(
     url: String,
     waiter_lease_ms: Option<f64>,
     request_timeout_ms: Option<f64>,
+    lock_delay_ms: Option<f64>,
 ) -> Result<NativeClient> {
     let mut builder = dlock::Client::builder(&url);
     if let Some(d) = optional_millis("waiterLeaseMs", waiter_lease_ms)? {
@@ -62,6 +63,9 @@ pub async fn connect(
     }
     if let Some(d) = optional_millis("requestTimeoutMs", request_timeout_ms)? {
         builder = builder.request_timeout(d);
+    }
+    if let Some(d) = optional_millis("lockDelayMs", lock_delay_ms)? {
+        builder = builder.lock_delay(d);
     }
     let client = builder.connect().await.map_err(|e| js_error(&e))?;
     Ok(NativeClient {

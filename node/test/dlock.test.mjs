@@ -201,3 +201,14 @@ test('fencedWrite refuses the write of a holder whose tenure ended', async () =>
   await old.close()
   await fresh.close()
 })
+
+test('lockDelayMs keeps the lock on the server past the lease; a release frees it at once', async () => {
+  const client = await connect(redis.url, { lockDelayMs: 2000 })
+  const held = await client.lock('delayed', { leaseMs: 1000 }).acquire()
+  const { ttlMs } = await client.status('delayed')
+  assert.ok(ttlMs > 2000 && ttlMs <= 3000, `ttl ${ttlMs}`)
+  await held.release()
+  assert.equal((await client.status('delayed')).owner, null)
+  await assert.rejects(connect(redis.url, { lockDelayMs: -1 }), { code: 'DLOCK_INVALID_ARGUMENT' })
+  await client.close()
+})

@@ -83,14 +83,25 @@ def _status(name: str, raw: dict) -> LockStatus:  # type: ignore[type-arg]
     )
 
 
-def connect(url: str, *, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None) -> "Client":
+def connect(
+    url: str,
+    *,
+    waiter_lease: Optional[float] = None,
+    request_timeout: Optional[float] = None,
+    lock_delay: Optional[float] = None,
+) -> "Client":
     """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``zk://host:port[,host:port…][/chroot]``
     or ``memory://[name]``.
+
+    ``lock_delay`` (seconds, Redis only, default off): a lock whose holder stops renewing
+    without releasing stays taken that long after its lease, so that a paused holder that
+    wakes up cannot clash with a new holder; a crashed holder then blocks the lock for
+    lease + lock_delay.
 
     Raises :class:`InvalidArgument` for a malformed URL and :class:`BackendError` when the
     backend cannot be reached.
     """
-    native = NativeClient.connect(url, waiter_lease, request_timeout)
+    native = NativeClient.connect(url, waiter_lease, request_timeout, lock_delay)
     return Client(native, url)
 
 

@@ -35,10 +35,19 @@ class Task:
 @final
 class NativeClient:
     @staticmethod
-    def connect(url: str, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None) -> NativeClient: ...
+    def connect(
+        url: str,
+        waiter_lease: Optional[float] = None,
+        request_timeout: Optional[float] = None,
+        lock_delay: Optional[float] = None,
+    ) -> NativeClient: ...
     @staticmethod
     def connect_async(
-        url: str, callback: _Callback, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None
+        url: str,
+        callback: _Callback,
+        waiter_lease: Optional[float] = None,
+        request_timeout: Optional[float] = None,
+        lock_delay: Optional[float] = None,
     ) -> Task: ...
     def acquire(
         self, name: str, owner: int, lease: float, wait: Optional[float] = None, max_hold: Optional[float] = None

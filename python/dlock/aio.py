@@ -64,10 +64,14 @@ async def _call(start: Callable[[Callable[[bool, Any], None]], Task]) -> Any:
 
 
 async def connect(
-    url: str, *, waiter_lease: Optional[float] = None, request_timeout: Optional[float] = None
+    url: str,
+    *,
+    waiter_lease: Optional[float] = None,
+    request_timeout: Optional[float] = None,
+    lock_delay: Optional[float] = None,
 ) -> "AsyncClient":
     """Connects to ``redis://…``, ``rediss://…`` or ``memory://[name]``."""
-    native = await _call(lambda done: NativeClient.connect_async(url, done, waiter_lease, request_timeout))
+    native = await _call(lambda done: NativeClient.connect_async(url, done, waiter_lease, request_timeout, lock_delay))
     return AsyncClient(native, url)
 
 

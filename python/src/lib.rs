@@ -205,6 +205,7 @@ fn builder(
     url: &str,
     waiter_lease: Option<f64>,
     request_timeout: Option<f64>,
+    lock_delay: Option<f64>,
 ) -> PyResult<dlock::ClientBuilder> {
     let mut b = dlock::Client::builder(url);
     if let Some(d) = optional_seconds(py, "waiter_lease", waiter_lease)? {
@@ -212,6 +213,9 @@ fn builder(
     }
     if let Some(d) = optional_seconds(py, "request_timeout", request_timeout)? {
         b = b.request_timeout(d);
+    }
+    if let Some(d) = optional_seconds(py, "lock_delay", lock_delay)? {
+        b = b.lock_delay(d);
     }
     Ok(b)
 }
@@ -260,28 +264,30 @@ impl Spec {
 #[pymethods]
 impl NativeClient {
     #[staticmethod]
-    #[pyo3(signature = (url, waiter_lease=None, request_timeout=None))]
+    #[pyo3(signature = (url, waiter_lease=None, request_timeout=None, lock_delay=None))]
     fn connect(
         py: Python<'_>,
         url: &str,
         waiter_lease: Option<f64>,
         request_timeout: Option<f64>,
+        lock_delay: Option<f64>,
     ) -> PyResult<Self> {
-        let b = builder(py, url, waiter_lease, request_timeout)?;
+        let b = builder(py, url, waiter_lease, request_timeout, lock_delay)?;
         let client = block_on(py, b.connect())?.map_err(|e| to_py(py, &e))?;
         Ok(native_client(client))
     }
 
     #[staticmethod]
-    #[pyo3(signature = (url, callback, waiter_lease=None, request_timeout=None))]
+    #[pyo3(signature = (url, callback, waiter_lease=None, request_timeout=None, lock_delay=None))]
     fn connect_async(
         py: Python<'_>,
         url: &str,
         callback: Py<PyAny>,
         waiter_lease: Option<f64>,
         request_timeout: Option<f64>,
+        lock_delay: Option<f64>,
     ) -> PyResult<Task> {
-        let b = builder(py, url, waiter_lease, request_timeout)?;
+        let b = builder(py, url, waiter_lease, request_timeout, lock_delay)?;
         spawn(
             callback,
             async move { b.connect().await.map(native_client) },

@@ -191,3 +191,14 @@ def test_memory_backend_needs_no_server() -> None:
     assert b.lock("m").try_acquire() is not None
     assert repr(a.lock("m", lease=5.0)) == "<dlock.Lock 'm' lease=5.0s wait=None>"
     assert repr(held).startswith("<dlock.Held 'm' fencing_token=1 ")
+
+
+def test_lock_delay_keeps_the_lock_on_the_server_past_the_lease(redis: RedisServer) -> None:
+    client = dlock.connect(redis.url, lock_delay=2.0)
+    with client.lock("delayed", lease=1.0) as held:
+        ttl = client.status("delayed").ttl
+        assert ttl is not None and 2.0 < ttl <= 3.0, ttl
+        assert not held.is_lost
+    assert client.status("delayed").owner is None, "a release frees the lock at once"
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.connect(redis.url, lock_delay=-1.0)

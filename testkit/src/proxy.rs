@@ -1,6 +1,7 @@
 //! A TCP proxy on a free loopback port in front of a server, for faults between a client and
-//! its server: a black hole (bytes are swallowed, connections stay open), and cutting a
-//! ZooKeeper connection right after a create request went through, so that its reply is lost.
+//! its server: a black hole (bytes are swallowed, connections stay open), and — in front of
+//! ZooKeeper — cutting a connection right after a create request went through, so that its
+//! reply is lost.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -27,7 +28,18 @@ pub struct TcpProxy {
 const ZK_CREATES: [i32; 4] = [1, 15, 19, 21];
 
 impl TcpProxy {
+    /// A proxy for any protocol: bytes pass as they come.
     pub fn start(target: u16) -> Self {
+        Self::spawn(target, false)
+    }
+
+    /// A proxy that reads ZooKeeper's frames from the client, for
+    /// [`cut_after_next_create`](Self::cut_after_next_create).
+    pub fn start_zookeeper(target: u16) -> Self {
+        Self::spawn(target, true)
+    }
+
+    fn spawn(target: u16, zookeeper: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let state = Arc::new(State::default());
@@ -50,7 +62,11 @@ impl TcpProxy {
                 let (c2, s2) = (client.try_clone(), server.try_clone());
                 let (Ok(c2), Ok(s2)) = (c2, s2) else { continue };
                 let up = shared.clone();
-                std::thread::spawn(move || upstream(client, server, up));
+                if zookeeper {
+                    std::thread::spawn(move || upstream(client, server, up));
+                } else {
+                    std::thread::spawn(move || pump(client, server, &up));
+                }
                 let down = shared.clone();
                 std::thread::spawn(move || pump(s2, c2, &down));
             }
@@ -89,7 +105,7 @@ impl Drop for TcpProxy {
     }
 }
 
-/// Server to client: bytes as they come, unless black-holed.
+/// Bytes as they come, unless black-holed.
 fn pump(mut from: TcpStream, mut to: TcpStream, state: &State) {
     let mut buf = [0u8; 16 * 1024];
     loop {

@@ -39,6 +39,7 @@ pub struct ClientBuilder {
     url: String,
     waiter_lease: Option<Duration>,
     request_timeout: Option<Duration>,
+    lock_delay: Option<Duration>,
     machine: MachineFactory,
 }
 
@@ -73,6 +74,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Lock-delay (Redis only, default off): a lock whose holder stops renewing without
+    /// releasing stays taken for `d` after its lease, so that a paused holder that wakes up
+    /// cannot clash with a new holder in that window. Costs availability: a crashed holder
+    /// blocks the lock for lease + `d`. On zk:// connecting fails with a clear error.
+    pub fn lock_delay(mut self, d: Duration) -> Self {
+        self.lock_delay = Some(d);
+        self
+    }
+
     /// Runs another implementation of the engine, e.g. the Wasm component through
     /// `dlock_wasmtime` (default: dlock-core's engine, natively).
     pub fn machine(mut self, factory: MachineFactory) -> Self {
@@ -90,6 +100,9 @@ impl ClientBuilder {
         }
         if let Some(d) = self.request_timeout {
             config.request_timeout = d;
+        }
+        if let Some(d) = self.lock_delay {
+            config.lock_delay = d;
         }
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
@@ -141,6 +154,7 @@ impl Client {
             url: url.to_owned(),
             waiter_lease: None,
             request_timeout: None,
+            lock_delay: None,
             machine: Box::new(crate::machine::native),
         }
     }

@@ -206,6 +206,10 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
     if !field.is_absent() {
         config.max_batch = usize::try_from(field.u64()?).unwrap_or(usize::MAX);
     }
+    let field = f.get("lock_delay_ms");
+    if !field.is_absent() {
+        config.lock_delay = field.ms()?;
+    }
     let p = f.get("protocol");
     if !p.is_absent() {
         config.protocol = match p.kind()? {
@@ -238,6 +242,7 @@ pub fn config_to_json(config: &Config) -> Json {
         "waiter_lease_ms": ms(config.waiter_lease),
         "request_timeout_ms": ms(config.request_timeout),
         "max_batch": config.max_batch,
+        "lock_delay_ms": ms(config.lock_delay),
         "protocol": protocol,
     })
 }

@@ -471,3 +471,49 @@ async fn a_fenced_write_with_a_stale_token_is_refused() {
     let stored: String = con.hget("stock:42", "value").await.unwrap();
     assert_eq!(stored, "8");
 }
+
+/// Lock-delay: a holder cut off from Redis (as if paused) is told it lost the lock when its
+/// lease runs out, but nobody else gets the lock until the delay after that has passed too.
+/// A released lock is free at once. On zk:// the option is refused.
+#[tokio::test]
+async fn lock_delay_keeps_a_lapsed_lock_from_the_next_holder() {
+    use std::time::Instant;
+
+    let server = RedisServer::start();
+    let proxy = dlock_testkit::TcpProxy::start(server.port());
+    let delay = Duration::from_millis(2500);
+    let paused = builder(&format!("redis://127.0.0.1:{}", proxy.port()))
+        .lock_delay(delay)
+        .request_timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let next = connect(&server.url()).await.unwrap();
+
+    // Released: free at once, delay or not.
+    let held = paused.lock("job").lease(300 * MS).acquire().await.unwrap();
+    held.release().await.unwrap();
+    let free = next.lock("job").try_acquire().await.unwrap();
+    free.expect("free at once").release().await.unwrap();
+
+    let held = paused.lock("job").lease(300 * MS).acquire().await.unwrap();
+    proxy.blackhole(true);
+    let lost_at = {
+        held.lost().await;
+        Instant::now()
+    };
+    let got = next
+        .lock("job")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let gap = lost_at.elapsed();
+    assert!(
+        gap >= delay - 200 * MS,
+        "the next holder got the lock {gap:?} after the old one was told it lost it; lock-delay is {delay:?}"
+    );
+    assert!(gap < delay + Duration::from_secs(2), "{gap:?}");
+    got.release().await.unwrap();
+    proxy.blackhole(false);
+}

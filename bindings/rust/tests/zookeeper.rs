@@ -9,7 +9,7 @@ use dlock::{Client, Error, LostReason};
 use dlock_testkit::{TcpProxy, ZkEnsemble};
 
 mod common;
-use common::connect;
+use common::{builder, connect};
 
 /// Waits until `check` holds, polling; panics with `what` after 30 s.
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
@@ -40,6 +40,17 @@ async fn reentrancy_try_acquire_and_status() {
     let a = connect(&zk.url()).await.unwrap();
     let b = connect(&zk.url()).await.unwrap();
     let outer = a.lock("orders/42").owner(1).acquire().await.unwrap();
+    let refused = builder(&zk.url())
+        .lock_delay(Duration::from_secs(1))
+        .connect()
+        .await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("lock-delay is a Redis feature")),
+        "lock-delay on ZooKeeper: {:?}",
+        refused.map(|_| ())
+    );
     assert!(
         matches!(
             a.fenced_write("stock:42", outer.fencing_token(), "1").await,
@@ -129,7 +140,7 @@ async fn waiters_are_served_in_order_and_only_the_successor_is_watched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_holder_is_told_it_lost_before_the_next_waiter_gets_the_lock() {
     let zk = ZkEnsemble::start(1);
-    let proxy = TcpProxy::start(zk.port(0));
+    let proxy = TcpProxy::start_zookeeper(zk.port(0));
     let short = format!("zk://127.0.0.1:{}?session_timeout_ms=1000", proxy.port());
     let holder = connect(&short).await.unwrap();
     let waiter = connect(&zk.url()).await.unwrap();
@@ -192,7 +203,7 @@ async fn a_cut_off_holder_is_told_it_lost_before_the_next_waiter_gets_the_lock()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_reply_was_lost_leaves_no_orphan_node() {
     let zk = ZkEnsemble::start(1);
-    let proxy = TcpProxy::start(zk.port(0));
+    let proxy = TcpProxy::start_zookeeper(zk.port(0));
     let via_proxy = format!("zk://127.0.0.1:{}?session_timeout_ms=4000", proxy.port());
     let client = connect(&via_proxy).await.unwrap();
     let observer = connect(&zk.url()).await.unwrap();

@@ -59,6 +59,7 @@ impl GuestMachine for Machine {
         c.waiter_lease = Duration::from_nanos(config.waiter_lease);
         c.request_timeout = Duration::from_nanos(config.request_timeout);
         c.max_batch = config.max_batch as usize;
+        c.lock_delay = Duration::from_nanos(config.lock_delay);
         c.protocol = match config.protocol {
             Protocol::Redis => core_::Protocol::Redis,
             Protocol::Zookeeper(z) => core_::Protocol::ZooKeeper(ZkSettings {

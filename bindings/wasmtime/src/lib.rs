@@ -128,6 +128,7 @@ impl WasmComponent {
             waiter_lease: nanos(config.waiter_lease),
             request_timeout: nanos(config.request_timeout),
             max_batch: u32::try_from(config.max_batch).unwrap_or(u32::MAX),
+            lock_delay: nanos(config.lock_delay),
             protocol: match &config.protocol {
                 dlock_core::Protocol::Redis => Protocol::Redis,
                 dlock_core::Protocol::ZooKeeper(z) => Protocol::Zookeeper(ZkSettings {

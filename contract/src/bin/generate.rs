@@ -731,6 +731,21 @@ fn redis_only() -> Vec<Json> {
         .advance(1_000);
     out.push(b.finish());
 
+    let mut b = Bed::with(
+        "redis-lock-delay",
+        "With lock-delay, the server is asked to keep every lock lease + delay (acquire, renewal, extend); the holder's validity still ends with its lease.",
+        Config {
+            lock_delay: Duration::from_secs(2),
+            ..config(1, &Protocol::Redis)
+        },
+        0,
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .advance(1_100);
+    let h = b.hold(1);
+    b.command(extend(2, h, 6_000)).command(release(3, h));
+    out.push(b.finish());
+
     let mut b = Bed::redis(
         "redis-stray-messages",
         "Wake-up messages that are malformed, for another channel or for a token not waiting are ignored.",

@@ -98,6 +98,8 @@ pub(crate) struct Machine {
     base: Base<Purpose>,
     client_id: ClientId,
     waiter_lease: Duration,
+    /// Added to every lease the server is asked to keep (not to the holder's validity).
+    lock_delay: Duration,
     max_batch: usize,
     channel: String,
     next_seq: u64,
@@ -113,10 +115,14 @@ impl Machine {
     pub(crate) fn new(config: &Config, now: Instant) -> Result<Self, Error> {
         check_lease(config.waiter_lease)?;
         check_lease(config.request_timeout)?;
+        if !config.lock_delay.is_zero() {
+            check_lease(config.lock_delay)?;
+        }
         let mut machine = Self {
             base: Base::new(now, config.request_timeout),
             client_id: config.client_id,
             waiter_lease: config.waiter_lease,
+            lock_delay: config.lock_delay,
             max_batch: config.max_batch.max(1),
             channel: redis::wake_channel(config.client_id),
             next_seq: 1,
@@ -169,7 +175,7 @@ impl Machine {
                     let op_ = redis::acquire(
                         &t.keys,
                         &t.token,
-                        t.lease,
+                        t.lease + self.lock_delay,
                         count,
                         Mode::Refresh,
                         self.waiter_lease,
@@ -265,7 +271,11 @@ impl Machine {
         else {
             return Err(Error::NotHeld { hold });
         };
-        let req = redis::extend([(t.keys.lock.as_str(), t.token.as_str(), lease)]);
+        let req = redis::extend([(
+            t.keys.lock.as_str(),
+            t.token.as_str(),
+            lease + self.lock_delay,
+        )]);
         self.send(
             req,
             Purpose::Extend {
@@ -710,7 +720,11 @@ impl Machine {
         for chunk in items.chunks(self.max_batch) {
             let req = redis::extend(chunk.iter().map(|(s, lease)| {
                 let t = &self.tenures[s];
-                (t.keys.lock.as_str(), t.token.as_str(), *lease)
+                (
+                    t.keys.lock.as_str(),
+                    t.token.as_str(),
+                    *lease + self.lock_delay,
+                )
             }));
             self.send(
                 req,
@@ -732,7 +746,14 @@ impl Machine {
         };
         p.in_flight = true;
         let mode = p.mode;
-        let req = redis::acquire(&t.keys, &t.token, t.lease, 1, mode, self.waiter_lease);
+        let req = redis::acquire(
+            &t.keys,
+            &t.token,
+            t.lease + self.lock_delay,
+            1,
+            mode,
+            self.waiter_lease,
+        );
         self.base.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
     }

@@ -134,6 +134,13 @@ pub(crate) struct Machine {
 impl Machine {
     pub(crate) fn new(config: &Config, zk: &ZkSettings, now: Instant) -> Result<Self, Error> {
         check_lease(config.request_timeout)?;
+        if !config.lock_delay.is_zero() {
+            return Err(Error::InvalidConfig(
+                "lock-delay is a Redis feature: ZooKeeper deletes a dead holder's node with its \
+                 session, and the next waiter cannot tell that from a release"
+                    .into(),
+            ));
+        }
         check_lease(zk.session_timeout)?;
         zk::check_root(&zk.root)?;
         // ZooKeeper answers in order on one connection, and its client library fails what is
