@@ -777,7 +777,7 @@ fn redis_only() -> Vec<Json> {
 
     let mut b = Bed::redis(
         "redis-lost-during-extend",
-        "An extend still under way when the validity runs out: the hold is lost (expired) at once, and the extend fails LockLost when its request times out.",
+        "An extend still under way when the validity runs out ends with it: the hold is lost (expired) and the extend fails LockLost at once; its late reply is ignored.",
     );
     b.command(acquire(1, "jobs", 1, 1_000, Wait::No));
     let h = b.hold(1);

@@ -844,6 +844,24 @@ impl Machine {
             hold: HoldId(seq),
             reason,
         });
+        // Extends and reentries still under way on it end now; their replies are ignored.
+        let hold = HoldId(seq);
+        let mut ended = Vec::new();
+        for req in self.base.requests.values_mut() {
+            if let Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. } =
+                req.purpose
+                && s == seq
+            {
+                req.purpose = Purpose::Cleanup;
+                ended.push(op);
+            }
+        }
+        for op in ended {
+            self.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
+        }
     }
 
     /// The server says `seq` is not ours while command `op` was acting on it.

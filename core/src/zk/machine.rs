@@ -107,6 +107,9 @@ pub(crate) enum Purpose {
     },
     Heartbeat,
     Cleanup(Cleanup),
+    /// The command of this request has already ended (its hold was lost): the reply only
+    /// confirms the session.
+    Ended,
 }
 
 #[derive(Debug)]
@@ -385,6 +388,7 @@ impl Machine {
                 }
             }
             Purpose::Cleanup(c) => self.on_cleanup(c, reply),
+            Purpose::Ended => {}
         }
     }
 
@@ -846,6 +850,23 @@ impl Machine {
             hold: HoldId(seq),
             reason,
         });
+        // Extends still under way on it end now; their replies only confirm the session.
+        let hold = HoldId(seq);
+        let mut ended = Vec::new();
+        for req in self.base.requests.values_mut() {
+            if let Purpose::Extend { seq: s, op } = req.purpose
+                && s == seq
+            {
+                req.purpose = Purpose::Ended;
+                ended.push(op);
+            }
+        }
+        for op in ended {
+            self.base.finish(Event::Failed {
+                op,
+                error: Error::LockLost { hold },
+            });
+        }
     }
 
     /// A pending acquire ends with `event`; with `cleanup`, its node (if any) goes.
