@@ -61,6 +61,10 @@ enum Cmd {
         /// Time between SIGTERM and SIGKILL when the lock is lost.
         #[arg(long, default_value = "5s", value_parser = duration)]
         grace: Duration,
+        /// Lock-delay (Redis only): if dlock stops renewing without releasing (paused,
+        /// killed, cut off), nobody gets the lock until this long after the lease ran out.
+        #[arg(long, value_parser = duration)]
+        lock_delay: Option<Duration>,
         /// The command and its arguments.
         #[arg(required = true, last = true)]
         command: Vec<String>,
@@ -123,8 +127,17 @@ async fn main() -> ExitCode {
             lease,
             wait,
             grace,
+            lock_delay,
             command,
-        } => run(&backend.backend, &lock, lease, wait, grace, &command).await,
+        } => {
+            let options = RunOptions {
+                lease,
+                wait,
+                grace,
+                lock_delay,
+            };
+            run(&backend.backend, &lock, &options, &command).await
+        }
         Cmd::Status {
             backend,
             name,
@@ -149,15 +162,31 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(
-    backend: &str,
-    lock: &str,
+/// How `dlock run` holds its lock.
+struct RunOptions {
     lease: Duration,
     wait: Option<Duration>,
     grace: Duration,
+    lock_delay: Option<Duration>,
+}
+
+async fn run(
+    backend: &str,
+    lock: &str,
+    options: &RunOptions,
     command: &[String],
 ) -> Result<u8, Error> {
-    let client = Client::connect(backend).await?;
+    let &RunOptions {
+        lease,
+        wait,
+        grace,
+        lock_delay,
+    } = options;
+    let mut client = Client::builder(backend);
+    if let Some(delay) = lock_delay {
+        client = client.lock_delay(delay);
+    }
+    let client = client.connect().await?;
     let mut builder = client.lock(lock).lease(lease);
     if let Some(wait) = wait {
         builder = builder.wait(wait);

@@ -337,6 +337,36 @@ fn bad_arguments_get_clear_errors() {
         "cannot connect",
     );
     check(&["run", "--lock", "x", "--", "true"], 2, "--backend");
+    check(
+        &[
+            "run",
+            "--backend",
+            "memory://",
+            "--lock",
+            "x",
+            "--lock-delay",
+            "1ms",
+            "--",
+            "true",
+        ],
+        64,
+        "lease",
+    );
+    let delayed = dlock()
+        .args([
+            "run",
+            "--backend",
+            "memory://",
+            "--lock",
+            "x",
+            "--lock-delay",
+            "2s",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(delayed.status.success(), "{delayed:?}");
     for sub in ["run", "status", "demo"] {
         let out = dlock().args([sub, "--help"]).output().unwrap();
         assert!(
