@@ -94,6 +94,26 @@ impl<P> Base<P> {
     }
 
     /// Emits a terminal event and frees its op id.
+    /// Ends now, with `error`, the commands of the requests under way that `detach` picks:
+    /// it returns the command's op and turns the purpose into one whose reply is ignored.
+    pub(crate) fn fail_in_flight(
+        &mut self,
+        error: &Error,
+        mut detach: impl FnMut(&mut P) -> Option<OpId>,
+    ) {
+        let ops: Vec<OpId> = self
+            .requests
+            .values_mut()
+            .filter_map(|req| detach(&mut req.purpose))
+            .collect();
+        for op in ops {
+            self.finish(Event::Failed {
+                op,
+                error: error.clone(),
+            });
+        }
+    }
+
     pub(crate) fn finish(&mut self, event: Event) {
         if let Some(op) = event.terminal_op() {
             self.ops.remove(&op);

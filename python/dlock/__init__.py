@@ -49,6 +49,13 @@ OnLost = Callable[["Held", str], None]
 atexit.register(_shutdown)
 
 
+def _fencing_token(token: int) -> int:
+    """A fencing token as the native layer takes it, or InvalidArgument (before anything is sent)."""
+    if isinstance(token, bool) or not isinstance(token, int) or token < 1:
+        raise InvalidArgument(f"a fencing token is an integer >= 1, got {token!r}")
+    return token
+
+
 def _redact(url: str) -> str:
     """The URL without its password, for reprs and messages."""
     scheme, sep, rest = url.partition("://")
@@ -197,7 +204,7 @@ class Client:
                 if not client.fenced_write("stock:42", held.fencing_token, "17"):
                     raise RuntimeError("lost the lock: a newer holder wrote first")
         """
-        return self._native.fenced_write(resource, token, value)
+        return self._native.fenced_write(resource, _fencing_token(token), value)
 
     @property
     def closed(self) -> bool:

@@ -17,7 +17,7 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, Optional, Type
 
-from . import DEFAULT_LEASE, LockStatus, _HeldState, _LockOptions, _redact, _status
+from . import DEFAULT_LEASE, LockStatus, _fencing_token, _HeldState, _LockOptions, _redact, _status
 from ._dlock import NativeClient, NativeHeld, Task, new_owner
 from .errors import LockLost, LockTimeout
 
@@ -99,7 +99,9 @@ class AsyncClient:
 
     async def fenced_write(self, resource: str, token: int, value: str) -> bool:
         """See :meth:`dlock.Client.fenced_write`."""
-        return await asyncio.get_running_loop().run_in_executor(None, self._native.fenced_write, resource, token, value)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._native.fenced_write, resource, _fencing_token(token), value
+        )
 
     @property
     def closed(self) -> bool:

@@ -15,6 +15,17 @@ fn invalid(py: Python<'_>, e: &JsonError) -> PyErr {
     error_class(py, "InvalidArgument", e.to_string())
 }
 
+/// A non-negative integer (nanoseconds, a hold id), or InvalidArgument naming `what`.
+fn unsigned(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    value.extract::<u64>().map_err(|_| {
+        error_class(
+            py,
+            "InvalidArgument",
+            format!("{what} must be an integer >= 0, got {value}"),
+        )
+    })
+}
+
 /// A Python value as JSON: dicts with str keys, lists and tuples, str, bytes (a string if
 /// UTF-8, else `{"hex": …}`), int, float, bool and None.
 fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Json> {
@@ -120,7 +131,8 @@ pub(crate) struct Engine {
 impl Engine {
     #[new]
     #[pyo3(signature = (config, now))]
-    fn new(py: Python<'_>, config: &Bound<'_, PyAny>, now: u64) -> PyResult<Self> {
+    fn new(py: Python<'_>, config: &Bound<'_, PyAny>, now: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let now = unsigned(py, "now", now)?;
         let inner = JsonEngine::new(&to_json(config)?, now).map_err(|e| invalid(py, &e))?;
         Ok(Self { inner })
     }
@@ -137,14 +149,21 @@ impl Engine {
         self.inner.wake_channel()
     }
 
-    fn handle_input(&mut self, py: Python<'_>, now: u64, input: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn handle_input(
+        &mut self,
+        py: Python<'_>,
+        now: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let now = unsigned(py, "now", now)?;
         self.inner
             .handle_input(now, &to_json(input)?)
             .map_err(|e| invalid(py, &e))
     }
 
-    fn handle_timeout(&mut self, now: u64) {
-        self.inner.handle_timeout(now);
+    fn handle_timeout(&mut self, py: Python<'_>, now: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.handle_timeout(unsigned(py, "now", now)?);
+        Ok(())
     }
 
     fn poll_output<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -156,7 +175,12 @@ impl Engine {
     }
 
     /// A held lock's snapshot, None if `hold` is not held.
-    fn hold<'py>(&self, py: Python<'py>, hold: u64) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn hold<'py>(
+        &self,
+        py: Python<'py>,
+        hold: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let hold = unsigned(py, "hold", hold)?;
         self.inner.hold(hold).map(|h| to_py(py, &h)).transpose()
     }
 

@@ -71,6 +71,10 @@ def test_malformed_input_is_refused_with_the_field_named() -> None:
         dlock.Engine({"client_id": "xyz"}, 0)
     with pytest.raises(TypeError):
         engine.handle_input(1, {"type": "acquire", "op": object()})
+    with pytest.raises(InvalidArgument, match="now must be an integer >= 0"):
+        engine.handle_timeout(-1)
+    with pytest.raises(InvalidArgument, match="now must be an integer >= 0"):
+        dlock.Engine({}, -5)
     with pytest.raises(InvalidArgument, match="no script named"):
         dlock.Engine.script_source("nope")
     # Nothing reached the engine: no request, no event.

@@ -27,8 +27,9 @@ def test_redis_fenced_write_refuses_a_stale_token(redis: RedisServer) -> None:
         # The old holder wakes up and writes: refused, nothing changes.
         assert not old.fenced_write("stock:42", stale.fencing_token, "11")
     assert redis.cli("HGET", "stock:42", "value") == "9"
-    with pytest.raises(dlock.InvalidArgument):
-        old.fenced_write("stock:42", 0, "x")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(dlock.InvalidArgument):
+            old.fenced_write("stock:42", bad, "x")  # type: ignore[arg-type]
 
 
 # The SQL pattern: the row remembers the token of its last write, and an UPDATE only applies

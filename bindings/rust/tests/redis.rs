@@ -513,7 +513,6 @@ async fn lock_delay_keeps_a_lapsed_lock_from_the_next_holder() {
         gap >= delay - 200 * MS,
         "the next holder got the lock {gap:?} after the old one was told it lost it; lock-delay is {delay:?}"
     );
-    assert!(gap < delay + Duration::from_secs(2), "{gap:?}");
     got.release().await.unwrap();
     proxy.blackhole(false);
 }

@@ -845,23 +845,16 @@ impl Machine {
             reason,
         });
         // Extends and reentries still under way on it end now; their replies are ignored.
-        let hold = HoldId(seq);
-        let mut ended = Vec::new();
-        for req in self.base.requests.values_mut() {
-            if let Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. } =
-                req.purpose
-                && s == seq
+        let lost = Error::LockLost { hold: HoldId(seq) };
+        self.base.fail_in_flight(&lost, |purpose| match *purpose {
+            Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. }
+                if s == seq =>
             {
-                req.purpose = Purpose::Cleanup;
-                ended.push(op);
+                *purpose = Purpose::Cleanup;
+                Some(op)
             }
-        }
-        for op in ended {
-            self.finish(Event::Failed {
-                op,
-                error: Error::LockLost { hold },
-            });
-        }
+            _ => None,
+        });
     }
 
     /// The server says `seq` is not ours while command `op` was acting on it.

@@ -851,22 +851,14 @@ impl Machine {
             reason,
         });
         // Extends still under way on it end now; their replies only confirm the session.
-        let hold = HoldId(seq);
-        let mut ended = Vec::new();
-        for req in self.base.requests.values_mut() {
-            if let Purpose::Extend { seq: s, op } = req.purpose
-                && s == seq
-            {
-                req.purpose = Purpose::Ended;
-                ended.push(op);
+        let lost = Error::LockLost { hold: HoldId(seq) };
+        self.base.fail_in_flight(&lost, |purpose| match *purpose {
+            Purpose::Extend { seq: s, op } if s == seq => {
+                *purpose = Purpose::Ended;
+                Some(op)
             }
-        }
-        for op in ended {
-            self.base.finish(Event::Failed {
-                op,
-                error: Error::LockLost { hold },
-            });
-        }
+            _ => None,
+        });
     }
 
     /// A pending acquire ends with `event`; with `cleanup`, its node (if any) goes.
