@@ -186,7 +186,8 @@ impl RedisServer {
         }
     }
 
-    /// Stops the server and starts a new one, empty, on the same port.
+    /// Kills the server and starts a new one on the same port and directory: empty, unless
+    /// it was started to persist (`--appendonly yes`), when it reloads what it had written.
     pub fn restart(&mut self) {
         self.stop();
         let deadline = Instant::now() + Duration::from_secs(10);

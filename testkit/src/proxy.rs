@@ -1,17 +1,20 @@
 //! A TCP proxy on a free loopback port in front of a server, for faults between a client and
-//! its server: a black hole (bytes are swallowed, connections stay open), and — in front of
-//! ZooKeeper — cutting a connection right after a create request went through, so that its
-//! reply is lost.
+//! its server: a black hole (bytes are swallowed, connections stay open), a stall (bytes wait
+//! in the proxy and flow again when it ends, as TCP delivers after a partition heals), added
+//! latency, and — in front of ZooKeeper — cutting a connection right after a create request
+//! went through, so that its reply is lost.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 struct State {
     blackhole: AtomicBool,
+    stalled: AtomicBool,
+    delay_us: AtomicU64,
     cut_after_create: AtomicBool,
     cuts: AtomicU64,
     streams: Mutex<Vec<TcpStream>>,
@@ -83,6 +86,18 @@ impl TcpProxy {
         self.state.blackhole.store(on, Ordering::SeqCst);
     }
 
+    /// Holds every byte both ways in the proxy (`true`) until released (`false`); new
+    /// connections are accepted but stall too.
+    pub fn stall(&self, on: bool) {
+        self.state.stalled.store(on, Ordering::SeqCst);
+    }
+
+    /// Delays every chunk of bytes by `delay` each way (zero: none).
+    pub fn delay(&self, delay: Duration) {
+        let us = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.state.delay_us.store(us, Ordering::SeqCst);
+    }
+
     /// Arms a one-shot fault: the next ZooKeeper create request is forwarded, then the
     /// connection is closed both ways before its reply can come back.
     pub fn cut_after_next_create(&self) {
@@ -105,7 +120,22 @@ impl Drop for TcpProxy {
     }
 }
 
-/// Bytes as they come, unless black-holed.
+impl State {
+    /// Whether bytes read now may be forwarded: false while black-holed (they are dropped);
+    /// otherwise returns once any stall is over and the added latency has passed.
+    fn pass(&self, read_at: Instant) -> bool {
+        while self.stalled.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let delay = Duration::from_micros(self.delay_us.load(Ordering::SeqCst));
+        if let Some(wait) = (read_at + delay).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        !self.blackhole.load(Ordering::SeqCst)
+    }
+}
+
+/// Bytes as they come, unless black-holed, stalled or delayed.
 fn pump(mut from: TcpStream, mut to: TcpStream, state: &State) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -113,7 +143,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: &State) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if state.blackhole.load(Ordering::SeqCst) {
+        if !state.pass(Instant::now()) {
             continue;
         }
         if to.write_all(&buf[..n]).is_err() {
@@ -138,7 +168,7 @@ fn upstream(mut client: TcpStream, mut server: TcpStream, state: Arc<State>) {
         if client.read_exact(&mut body).is_err() {
             break;
         }
-        if state.blackhole.load(Ordering::SeqCst) {
+        if !state.pass(Instant::now()) {
             continue;
         }
         if server.write_all(&len).is_err() || server.write_all(&body).is_err() {

@@ -91,11 +91,23 @@ impl ZkEnsemble {
 
     /// Waits until server `i` answers `srvr` with a `Mode:` line (standalone, leader or
     /// follower).
-    fn wait_serving(&self, i: usize) {
+    ///
+    /// A server that exits at once is started again: its port can be briefly taken by a
+    /// client that keeps reconnecting to it, whose socket Linux may bind to that very port
+    /// (a TCP self-connect) while nobody listens there.
+    fn wait_serving(&mut self, i: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             if self.mode(i).is_some() {
                 return;
+            }
+            let exited = self.nodes[i]
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                std::thread::sleep(Duration::from_millis(200));
+                self.launch(i);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
