@@ -18,7 +18,7 @@ export interface DlockError extends Error {
 export type LostReason = 'expired' | 'not-owner' | 'max-hold' | 'closed' | 'disconnected' | 'session-expired'
 
 export interface ConnectOptions {
-  /** How long a queued waiter keeps its place without renewing it (default 3000). */
+  /** How long a queued waiter keeps its place without renewing it (default 3000; on Redis never longer than the lease it waits for). */
   waiterLeaseMs?: number | null
   /** How long a backend request may take before it counts as failed (default 2000). */
   requestTimeoutMs?: number | null

@@ -50,8 +50,10 @@ pub struct Config {
     pub client_id: ClientId,
     /// How long a queued waiter keeps its place without renewing it, and how long a lock
     /// handed to a waiter stays promised to it before the waiter confirms. A crashed waiter
-    /// stalls the queue for at most this long. Renewed every third of it. (Redis only: a
-    /// ZooKeeper waiter's place lasts as long as its session.)
+    /// stalls the queue for at most this long. Renewed every third of it. An acquire whose
+    /// lease is shorter uses its lease instead, so that a lock handed to a waiter that dies
+    /// never outlives a lease. (Redis only: a ZooKeeper waiter's place lasts as long as its
+    /// session.)
     pub waiter_lease: Duration,
     /// A request with no reply after this long counts as failed.
     pub request_timeout: Duration,

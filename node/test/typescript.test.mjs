@@ -26,5 +26,5 @@ test('tsc --strict, then the compiled example runs with await using', () => {
   assert.equal(tsc.status, 0, tsc.stdout + tsc.stderr)
   const run = spawnSync(process.execPath, [join(project, 'build', 'typed.js'), redis.url], { encoding: 'utf8', timeout: 20_000 })
   assert.equal(run.status, 0, run.stderr)
-  assert.equal(run.stdout.trim(), 'ok 1')
+  assert.match(run.stdout.trim(), /^ok \d+$/)
 })

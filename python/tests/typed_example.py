@@ -9,7 +9,7 @@ import dlock
 import dlock.aio
 
 
-def sync_example(url: str) -> int:
+def sync_example(url: str) -> bool:
     client: dlock.Client = dlock.connect(url, waiter_lease=3.0)
     with client.lock("orders/42", lease=10.0, wait=5.0) as held:
         token: int = held.fencing_token
@@ -21,17 +21,17 @@ def sync_example(url: str) -> int:
         maybe.release()
     status: dlock.LockStatus = client.status("orders/42")
     client.close()
-    return token + status.latest_token
+    return status.latest_token > token
 
 
-async def async_example(url: str) -> int:
+async def async_example(url: str) -> bool:
     client = await dlock.aio.connect(url)
     async with client.lock("orders/42", lease=10.0) as held:
         token: int = held.fencing_token
     again: dlock.aio.AsyncHeld = await client.lock("orders/42").acquire()
     await again.release()
     await client.close()
-    return token
+    return again.fencing_token > token
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ pub(crate) fn random_client_id() -> Result<ClientId, Error> {
 }
 
 impl ClientBuilder {
-    /// How long a queued waiter keeps its place without renewing it (default 3 s).
+    /// How long a queued waiter keeps its place without renewing it (default 3 s; on Redis
+    /// never longer than the lease it waits for).
     pub fn waiter_lease(mut self, d: Duration) -> Self {
         self.waiter_lease = Some(d);
         self

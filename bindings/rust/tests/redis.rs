@@ -156,7 +156,13 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
         Duration::from_secs(3),
     );
     let started = std::time::Instant::now();
-    run_script(&mut con, op).await;
+    let first_token = match run_script(&mut con, op).await {
+        redis::Value::Array(items) => match items.get(1) {
+            Some(redis::Value::Int(token)) => u64::try_from(*token).expect("a token"),
+            other => panic!("acquire replied {other:?}"),
+        },
+        other => panic!("acquire replied {other:?}"),
+    };
     let guard = client
         .lock("abandoned")
         .wait(Duration::from_secs(5))
@@ -168,7 +174,7 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
         waited >= 300 * MS,
         "acquired after {waited:?}, before the dead holder's lease ran out"
     );
-    assert_eq!(guard.fencing_token(), 2);
+    assert!(guard.fencing_token() > first_token);
 }
 
 #[tokio::test]
@@ -214,8 +220,8 @@ async fn lost_fires_when_redis_restarts_and_the_client_recovers() {
 }
 
 #[tokio::test]
-async fn fencing_tokens_increase_across_clients_and_client_restarts() {
-    let server = RedisServer::start();
+async fn fencing_tokens_increase_across_clients_client_restarts_and_a_server_restart() {
+    let mut server = RedisServer::start();
     let mut last = 0;
     for _ in 0..3 {
         let client = connect(&server.url()).await.unwrap();
@@ -227,7 +233,15 @@ async fn fencing_tokens_increase_across_clients_and_client_restarts() {
         }
         drop(client);
     }
-    assert_eq!(last, 9);
+    // A restart without persistence loses the counter; the server clock keeps tokens growing.
+    server.restart();
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client.lock("fenced").acquire().await.unwrap();
+    assert!(
+        guard.fencing_token() > last,
+        "{} after {last}",
+        guard.fencing_token()
+    );
 }
 
 #[tokio::test]
@@ -323,7 +337,7 @@ async fn auth_with_an_acl_user() {
     let url = format!("redis://alice:s3cret@127.0.0.1:{}", server.port());
     let client = connect(&url).await.expect("alice may connect");
     let guard = client.lock("acl").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), 1);
+    assert!(guard.fencing_token() > 0);
     guard.release().await.unwrap();
     let wrong = format!("redis://alice:nope@127.0.0.1:{}", server.port());
     assert!(matches!(
@@ -411,7 +425,7 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     tokio::time::sleep(20 * MS).await;
     let token = first.fencing_token();
     first.release().await.unwrap();
-    assert_eq!(waiter.await.unwrap().unwrap(), token + 1);
+    assert!(waiter.await.unwrap().unwrap() > token);
 }
 
 /// Fencing at the resource: a holder whose lock was taken over cannot overwrite the newer

@@ -178,7 +178,7 @@ impl Machine {
                         t.lease + self.lock_delay,
                         count,
                         Mode::Refresh,
-                        self.waiter_lease,
+                        waiter_lease(self.waiter_lease, t.lease),
                     );
                     let lease = t.lease;
                     self.send(
@@ -373,13 +373,20 @@ impl Machine {
                     false,
                 );
             }
-            Ok(AcquireReply::Queued { latest }) if mode != Mode::Try => {
+            Ok(AcquireReply::Queued { latest, expires }) if mode != Mode::Try => {
                 if p.queued.is_none_or(|(at, _)| at < sent) {
                     p.queued = Some((sent, latest));
                 }
                 p.mode = Mode::Refresh;
                 let woken = p.woken.is_some();
-                let at = (sent + self.waiter_lease / 3).max(self.base.now);
+                // Refresh our place in the queue in time to keep it, and look again as soon as
+                // the holder's lease runs out: a holder that dies without releasing wakes
+                // nobody, so the queue head must come and take the lock itself.
+                let keep_place = sent + waiter_lease(self.waiter_lease, lease) / 3;
+                let lapse = expires.map(|pttl| self.base.now + pttl + Duration::from_millis(1));
+                let at = lapse
+                    .map_or(keep_place, |l| l.min(keep_place))
+                    .max(self.base.now);
                 self.base.timers.set(Timer::Refresh(seq), at);
                 if woken {
                     self.take_hand_off(seq);
@@ -589,6 +596,7 @@ impl Machine {
     fn take_hand_off(&mut self, seq: u64) {
         let Some(Tenure {
             state: State::Pending(p),
+            lease,
             ..
         }) = self.tenures.get_mut(&seq)
         else {
@@ -599,7 +607,7 @@ impl Machine {
             return; // its reply decides
         }
         p.woken = None;
-        let wl = self.waiter_lease;
+        let wl = waiter_lease(self.waiter_lease, *lease);
         match p.queued {
             Some((at, latest)) if fencing_token > latest => {
                 let valid_until = at + wl - drift(wl);
@@ -752,7 +760,7 @@ impl Machine {
             t.lease + self.lock_delay,
             1,
             mode,
-            self.waiter_lease,
+            waiter_lease(self.waiter_lease, t.lease),
         );
         self.base.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
@@ -952,4 +960,11 @@ impl Machine {
             self.on_reply(req, reply);
         }
     }
+}
+
+/// The waiter lease of one acquire: the client's, but never longer than the lease asked for.
+/// A hand-off gives the waiter a tenure that lasts what is left of its waiter lease, so this
+/// keeps a lock handed to a waiter that dies before it renews from outliving a lease.
+fn waiter_lease(configured: Duration, lease: Duration) -> Duration {
+    configured.min(lease)
 }

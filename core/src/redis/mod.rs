@@ -347,9 +347,11 @@ pub enum AcquireReply {
         count: u32,
     },
     Busy,
-    /// Queued; `latest` is the lock's latest fencing token when the script ran.
+    /// Queued; `latest` is the lock's latest fencing token when the script ran, and `expires`
+    /// the time the lock had left then, if it had an owner with a lease.
     Queued {
         latest: u64,
+        expires: Option<Duration>,
     },
     NotQueued,
 }
@@ -393,8 +395,10 @@ pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
                 .ok_or_else(bad)?,
         },
         [0, _] => AcquireReply::Busy,
-        [2, _, latest] => AcquireReply::Queued {
+        [2, pttl, latest] => AcquireReply::Queued {
             latest: u64::try_from(*latest).map_err(|_| bad())?,
+            // PTTL: -2 no lock, -1 no expiry; both mean no lease to wait out.
+            expires: u64::try_from(*pttl).ok().map(Duration::from_millis),
         },
         [3] => AcquireReply::NotQueued,
         _ => return Err(bad()),

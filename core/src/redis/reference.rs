@@ -178,7 +178,7 @@ impl Store {
                     self.lpop(queue)?;
                     self.zrem(waiters, token)?;
                 }
-                let f = self.incr(fence)?;
+                let f = self.next_token(fence, now)?;
                 self.hset(
                     lock,
                     &[
@@ -314,7 +314,7 @@ impl Store {
         };
         self.lpop(queue)?;
         self.zrem(waiters, &head)?;
-        let token = self.incr(fence)?;
+        let token = self.next_token(fence, now)?;
         self.hset(
             lock,
             &[
@@ -330,6 +330,18 @@ impl Store {
             format!("{head} {token}").into_bytes(),
         ));
         Ok(1)
+    }
+
+    fn next_token(&mut self, fence: &str, now: u64) -> Result<i64, String> {
+        let token = self.incr(fence)?;
+        let floor = i64::try_from(now).map_or(i64::MAX, |ms| ms.saturating_mul(1000));
+        if token >= floor {
+            return Ok(token);
+        }
+        if let Some(e) = self.live(fence) {
+            e.data = Data::Str(floor.to_string());
+        }
+        Ok(floor)
     }
 
     fn stretch(&mut self, lock: &str, lease: i64) {
@@ -383,11 +395,11 @@ impl Store {
     fn incr(&mut self, key: &str) -> Result<i64, String> {
         let next = match self.live(key).map(|e| &e.data) {
             None => 1,
-            Some(Data::Str(s)) => {
-                s.parse::<i64>()
-                    .map_err(|_| "ERR value is not an integer or out of range")?
-                    + 1
-            }
+            Some(Data::Str(s)) => s
+                .parse::<i64>()
+                .map_err(|_| "ERR value is not an integer or out of range")?
+                .checked_add(1)
+                .ok_or("ERR increment or decrement would overflow")?,
             Some(_) => return Err(WRONGTYPE.into()),
         };
         match self.live(key) {

@@ -23,8 +23,8 @@ if not owner then
       redis.call('LPOP', queue)
       redis.call('ZREM', waiters, token)
     end
-    local f = redis.call('INCR', fence)
-    redis.call('HSET', lock, 'owner', token, 'count', 1, 'fence', f)
+    local f = next_token(fence, now)
+    redis.call('HSET', lock, 'owner', token, 'count', 1, 'fence', string.format('%.0f', f))
     redis.call('PEXPIRE', lock, lease)
     return {1, f, 1}
   end

@@ -19,6 +19,17 @@ local function live_head(queue, waiters, now)
   end
 end
 
+-- The fencing token of a new tenure: one more than the last, and never less than the server
+-- time in ms × 1000, so tokens keep growing past a restart or failover that lost the counter.
+local function next_token(fence, now)
+  local token = redis.call('INCR', fence)
+  if token < now * 1000 then
+    token = now * 1000
+    redis.call('SET', fence, string.format('%.0f', token))
+  end
+  return token
+end
+
 -- Hands a free lock to the first live waiter: a new tenure with a new fencing token that
 -- lives exactly as long as that waiter's lease, then wakes only that waiter.
 local function hand_off(lock, fence, queue, waiters, now)
@@ -26,7 +37,7 @@ local function hand_off(lock, fence, queue, waiters, now)
   if not head then return 0 end
   redis.call('LPOP', queue)
   redis.call('ZREM', waiters, head)
-  local token = redis.call('INCR', fence)
+  local token = string.format('%.0f', next_token(fence, now))
   redis.call('HSET', lock, 'owner', head, 'count', 1, 'fence', token)
   redis.call('PEXPIRE', lock, deadline - now)
   redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' ' .. token)
