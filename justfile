@@ -70,6 +70,12 @@ node-test:
 interop:
     cargo test -p dlock-contract --test contention -- --ignored --nocapture
 
+# The fault suite in full (tests/faults): every scenario, or those named, for ROUNDS rounds;
+# prints the table and writes tests/faults/results/latest.md. `just test` runs one round.
+faults rounds="5" *scenarios:
+    cargo build --quiet -p dlock-faults --bins
+    "$CARGO_TARGET_DIR/debug/dlock-faults" {{rounds}} {{scenarios}}
+
 # Rewrite tests/vectors/*.json from the native engine (then review the diff and commit it).
 vectors:
     cargo run --quiet -p dlock-contract --bin generate
