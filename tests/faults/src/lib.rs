@@ -545,8 +545,8 @@ impl World {
         std::thread::sleep(lease);
     }
 
-    /// Index and token of a worker in the middle of a tenure (acquired, first write done or
-    /// under way, second write not yet sent), or `None`.
+    /// Index and token of a worker in the middle of a tenure (acquired, and not yet done
+    /// waiting for its second write), or `None`.
     fn holder_mid_tenure(&self) -> Option<(usize, u64)> {
         let holder = std::fs::read_to_string(self.dir.join("holder")).ok()?;
         let (pid, token) = holder.split_once(' ')?;
@@ -559,10 +559,8 @@ impl World {
             .take_while(|l| !l.starts_with("acq "))
             .collect();
         let acq = log.lines().rev().nth(tail.len())?;
-        let writes = tail.iter().filter(|l| l.starts_with("write ")).count();
-        let released = tail.iter().any(|l| l.starts_with("rel "));
-        (acq.split(' ').nth(1) == Some(token.to_string().as_str()) && writes < 2 && !released)
-            .then_some((i, token))
+        let woke = tail.iter().any(|l| l.starts_with("woke "));
+        (acq.split(' ').nth(1) == Some(token.to_string().as_str()) && !woke).then_some((i, token))
     }
 
     /// Waits for a worker mid-tenure (see [`Self::holder_mid_tenure`]).
@@ -778,7 +776,7 @@ impl History {
                     }),
                     "lost" => history.lost.push((label.clone(), num(1), num(2))),
                     "fail" => history.failed_acquires += 1,
-                    "rel" => {}
+                    "rel" | "woke" => {}
                     other => panic!("{label}.log: unknown line kind {other:?}"),
                 }
             }

@@ -45,8 +45,12 @@ fn main() {
     if only.is_empty() {
         let safety = repo.join("docs/SAFETY.md");
         let doc = std::fs::read_to_string(&safety).expect("docs/SAFETY.md");
-        let (head, rest) = doc.split_once("<!-- faults:start -->").expect("a start marker");
-        let (_, tail) = rest.split_once("<!-- faults:end -->").expect("an end marker");
+        let (head, rest) = doc
+            .split_once("<!-- faults:start -->")
+            .expect("a start marker");
+        let (_, tail) = rest
+            .split_once("<!-- faults:end -->")
+            .expect("an end marker");
         let doc = format!("{head}<!-- faults:start -->\n{table}<!-- faults:end -->{tail}");
         std::fs::write(&safety, doc).expect("writable docs/SAFETY.md");
     }

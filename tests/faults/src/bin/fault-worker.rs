@@ -14,6 +14,7 @@
 //! ```text
 //! acq TOKEN T            the lock was acquired
 //! write TOKEN T 1|0|e    a fenced write sent at T: accepted, refused as stale, or failed
+//! woke TOKEN T           the wait between the two writes is over
 //! lost TOKEN T REASON    the client said the lock was lost
 //! rel TOKEN T ok|err     the release returned
 //! fail T ERROR           an acquire failed (e.g. the server was down)
@@ -125,6 +126,9 @@ async fn main() {
         for step in 0..2 {
             if step == 1 {
                 tokio::time::sleep(hold).await;
+                // Before the second write's send time is read: a nemesis that finds this
+                // line knows it is too late to pause the tenure before that write.
+                log(&log_file, format!("woke {token} {}", monotonic_ns()));
             }
             let sent = monotonic_ns();
             let outcome = match resource
