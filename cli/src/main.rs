@@ -96,8 +96,8 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// Backend URL: redis://host:port[/db], rediss://…, zk://host:port[,host:port…][/chroot] or
-    /// memory://[name].
+    /// Backend URL: redis://host:port[/db], rediss://…, redis-cluster://host:port[,host:port…],
+    /// zk://host:port[,host:port…][/chroot] or memory://[name].
     #[arg(long, env = "DLOCK_BACKEND")]
     backend: String,
 }

@@ -97,7 +97,8 @@ def connect(
     request_timeout: Optional[float] = None,
     lock_delay: Optional[float] = None,
 ) -> "Client":
-    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``zk://host:port[,host:port…][/chroot]``
+    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
+    ``zk://host:port[,host:port…][/chroot]``
     or ``memory://[name]``.
 
     ``lock_delay`` (seconds, Redis only, default off): a lock whose holder stops renewing

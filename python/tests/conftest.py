@@ -91,6 +91,42 @@ def redis_acl(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
+class RedisCluster:
+    """Three redis-servers in cluster mode (cluster buses on free ports too), joined by
+    ``redis-cli --cluster create``; masters only."""
+
+    def __init__(self, directory: Path, masters: int = 3) -> None:
+        self.nodes: List[RedisServer] = []
+        for i in range(masters):
+            node_dir = directory / f"node{i}"
+            node_dir.mkdir()
+            self.nodes.append(RedisServer(node_dir, [
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-port", str(free_port()), "--cluster-node-timeout", "2000"]))
+        subprocess.run(["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, check=True)
+        deadline = time.monotonic() + 30
+        while not all("cluster_state:ok" in n.cli("CLUSTER", "INFO") for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster is not ok after 30 s")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return "redis-cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    cluster = RedisCluster(tmp_path)
+    yield cluster
+    cluster.stop()
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper (Debian's package, run with the JVM) on a free loopback port."""
 

@@ -8,9 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod cluster;
 mod proxy;
 mod zookeeper;
 
+pub use cluster::RedisCluster;
 pub use proxy::TcpProxy;
 pub use zookeeper::{ZkEnsemble, four_letter};
 

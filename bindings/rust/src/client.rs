@@ -105,6 +105,11 @@ impl ClientBuilder {
         if let Some(d) = self.lock_delay {
             config.lock_delay = d;
         }
+        if matches!(backend, Backend::RedisCluster(_)) {
+            // A script's keys must share one hash slot, and the locks of a batched renewal
+            // do not: on a cluster each renewal carries one lock (they still go out at once).
+            config.max_batch = 1;
+        }
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
         config.protocol = protocol.clone();
@@ -144,8 +149,8 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects to `redis://host:port[/db]`, `zk://host:port[,host:port…][/chroot]` or
-    /// `memory://[name]` with default options.
+    /// Connects to `redis://host:port[/db]`, `redis-cluster://host:port[,host:port…]`,
+    /// `zk://host:port[,host:port…][/chroot]` or `memory://[name]` with default options.
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Self::builder(url).connect().await
     }

@@ -22,6 +22,9 @@ pub(crate) enum Backend {
     /// are verified against the system's roots, or the PEM file named by `SSL_CERT_FILE`);
     /// passed to the redis crate as it is.
     Redis(String),
+    /// `redis-cluster://[user:password@]host:port[,host:port…]`: the seed nodes of a Redis
+    /// Cluster, each as a `redis://` URL.
+    RedisCluster(Vec<String>),
     /// `memory://[name]`: an in-process server shared by the clients of this process that use
     /// the same name.
     Memory(String),
@@ -61,14 +64,47 @@ impl Backend {
                 Ok(Backend::Redis(url.to_owned()))
             }
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(url, rest)?)),
-            "redlock" | "redis-cluster" => Err(Error::Unsupported(format!(
+            "redis-cluster" => cluster_nodes(url, rest).map(Backend::RedisCluster),
+            "redlock" => Err(Error::Unsupported(format!(
                 "{url:?}: the {scheme}:// backend is not available yet"
             ))),
             other => Err(Error::Unsupported(format!(
-                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, zk:// or memory://)"
+                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, redis-cluster://, zk:// or memory://)"
             ))),
         }
     }
+}
+
+/// The seed nodes of `redis-cluster://[user:password@]host:port[,host:port…]` as `redis://`
+/// URLs. A cluster has no databases, so no path.
+fn cluster_nodes(url: &str, rest: &str) -> Result<Vec<String>, Error> {
+    use ::redis::IntoConnectionInfo;
+    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}"));
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    if hosts.contains('/') || hosts.contains('?') {
+        return Err(bad(
+            "a cluster URL takes no path or query (Redis Cluster has only database 0)",
+        ));
+    }
+    hosts
+        .split(',')
+        .map(|host| {
+            let (name, port) = host
+                .rsplit_once(':')
+                .ok_or_else(|| bad("every node needs host:port"))?;
+            if name.is_empty() || port.parse::<u16>().is_err() {
+                return Err(bad(&format!("{host:?} is not host:port")));
+            }
+            let node = format!("redis://{auth}{host}");
+            node.as_str()
+                .into_connection_info()
+                .map_err(|e| bad(&e.to_string()))?;
+            Ok(node)
+        })
+        .collect()
 }
 
 /// A reply, when it comes.
@@ -91,6 +127,10 @@ impl Transport {
         Ok(match backend {
             Backend::Redis(url) => (
                 Transport::Redis(redis::RedisTransport::connect(url, inbox).await?),
+                Protocol::Redis,
+            ),
+            Backend::RedisCluster(nodes) => (
+                Transport::Redis(redis::RedisTransport::connect_cluster(nodes, inbox).await?),
                 Protocol::Redis,
             ),
             Backend::Memory(name) => (

@@ -1,8 +1,14 @@
 //! `redis://`: one multiplexed, self-reconnecting connection for scripts and one pub/sub
 //! connection for wake-ups, reconnected with backoff. Scripts run with EVALSHA and fall back
 //! to EVAL on NOSCRIPT (the redis crate's `Script` does this).
+//!
+//! `redis-cluster://`: the redis crate's cluster connection routes each script to the node
+//! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
+//! ASK. Wake-ups are classic PUBLISH, which a cluster broadcasts to every node, so the pub/sub
+//! connection goes to any one seed node, and to the next one when it is lost.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +16,8 @@ use dlock_core::redis::{RedisOp, Script, Value};
 use dlock_core::{Input, Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Pending;
@@ -17,9 +25,28 @@ use crate::Error;
 
 type Subscription = (String, oneshot::Sender<Reply>);
 
+/// Where scripts go.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    async fn invoke(&mut self, call: redis::ScriptInvocation<'_>) -> Reply {
+        let reply = match self {
+            Connection::Single(con) => call.invoke_async::<redis::Value>(con).await,
+            Connection::Cluster(con) => call.invoke_async::<redis::Value>(con).await,
+        };
+        reply
+            .map(|v| Response::Redis(convert(v)))
+            .map_err(transport_error)
+    }
+}
+
 #[derive(Clone)]
 pub(crate) struct RedisTransport {
-    con: ConnectionManager,
+    con: Connection,
     scripts: Arc<BTreeMap<Script, redis::Script>>,
     fenced_write: Arc<redis::Script>,
     subscribe: mpsc::UnboundedSender<Subscription>,
@@ -41,18 +68,8 @@ impl RedisTransport {
         let fail = |e: String| Error::Connect(format!("{url}: {e}"));
         // A first connection and PING prove the server answers and takes our credentials
         // (the connection manager below would retry a refused login forever).
-        let mut probe = tokio::time::timeout(
-            Duration::from_secs(5),
-            client.get_multiplexed_async_connection(),
-        )
-        .await
-        .map_err(|_| fail("no answer within 5 s".into()))?
-        .map_err(|e| fail(e.to_string()))?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut probe)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        drop(probe);
+        let probe = client.get_multiplexed_async_connection();
+        ping(probe).await.map_err(fail)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             // The engine times requests out itself.
@@ -64,13 +81,56 @@ impl RedisTransport {
             .get_connection_manager_with_config(config)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        // The pub/sub connection is made before connect() returns, so wake-ups work at once.
-        let pubsub = client
-            .get_async_pubsub()
+        Self::start(Connection::Single(con), vec![client], inbox)
             .await
+            .map_err(fail)
+    }
+
+    /// Connects to a Redis Cluster through its seed nodes (`redis://` URLs).
+    pub(crate) async fn connect_cluster(
+        nodes: &[String],
+        inbox: mpsc::UnboundedSender<Input>,
+    ) -> Result<Self, Error> {
+        let fail = |e: String| Error::Connect(format!("redis-cluster {}: {e}", nodes.join(",")));
+        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+        let con = tokio::time::timeout(Duration::from_secs(5), cluster.get_async_connection())
+            .await
+            .map_err(|_| fail("no answer within 5 s".into()))?
             .map_err(|e| fail(e.to_string()))?;
+        ping(async { Ok(con.clone()) }).await.map_err(fail)?;
+        let clients = nodes
+            .iter()
+            .map(|n| redis::Client::open(n.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+        Self::start(Connection::Cluster(con), clients, inbox)
+            .await
+            .map_err(fail)
+    }
+
+    /// Opens the pub/sub connection before returning, so wake-ups work at once.
+    async fn start(
+        con: Connection,
+        pubsub_nodes: Vec<redis::Client>,
+        inbox: mpsc::UnboundedSender<Input>,
+    ) -> Result<Self, String> {
+        let mut first = None;
+        let mut error = String::from("no node");
+        for (i, node) in pubsub_nodes.iter().enumerate() {
+            match node.get_async_pubsub().await {
+                Ok(pubsub) => {
+                    first = Some((i, pubsub));
+                    break;
+                }
+                Err(e) => error = e.to_string(),
+            }
+        }
+        let first = first.ok_or(error)?;
         let (subscribe, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(pubsub_loop(client, Some(pubsub), requests, inbox));
+        let task = tokio::spawn(pubsub_loop(pubsub_nodes, first, requests, inbox));
         let scripts = Script::ALL
             .iter()
             .map(|s| (*s, redis::Script::new(&s.source())))
@@ -97,10 +157,7 @@ impl RedisTransport {
                     for arg in &args {
                         call.arg(arg);
                     }
-                    call.invoke_async::<redis::Value>(&mut con)
-                        .await
-                        .map(|v| Response::Redis(convert(v)))
-                        .map_err(transport_error)
+                    con.invoke(call).await
                 })
             }
             RedisOp::Subscribe { channel } => {
@@ -126,10 +183,7 @@ impl RedisTransport {
         Box::pin(async move {
             let mut call = script.prepare_invoke();
             call.key(resource).arg(token).arg(value);
-            call.invoke_async::<redis::Value>(&mut con)
-                .await
-                .map(|v| Response::Redis(convert(v)))
-                .map_err(transport_error)
+            con.invoke(call).await
         })
     }
 
@@ -138,21 +192,39 @@ impl RedisTransport {
     }
 }
 
-/// Keeps a pub/sub connection up: subscribes on request, forwards messages as notices, and
-/// on loss reports `Disconnected`, reconnects with backoff, then reports `Connected` (the
+/// A connection and PING within 5 s.
+async fn ping<C: redis::aio::ConnectionLike>(
+    connect: impl Future<Output = redis::RedisResult<C>>,
+) -> Result<(), String> {
+    let mut con = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| "no answer within 5 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    redis::cmd("PING")
+        .query_async::<String>(&mut con)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Keeps a pub/sub connection up, to one of `nodes` (any node of a cluster hears every
+/// PUBLISH): subscribes on request, forwards messages as notices, and on loss reports
+/// `Disconnected`, reconnects with backoff (to the next node), then reports `Connected` (the
 /// engine then subscribes again).
 async fn pubsub_loop(
-    client: redis::Client,
-    mut first: Option<redis::aio::PubSub>,
+    nodes: Vec<redis::Client>,
+    first: (usize, redis::aio::PubSub),
     mut requests: mpsc::UnboundedReceiver<Subscription>,
     inbox: mpsc::UnboundedSender<Input>,
 ) {
     let notice = |n: Notice| inbox.send(Input::Notice(n)).is_ok();
     let mut backoff = Duration::from_millis(50);
+    let (mut node, first) = first;
+    let mut first = Some(first);
     loop {
         let pubsub = match first.take() {
             Some(p) => p,
-            None => match client.get_async_pubsub().await {
+            None => match nodes[node].get_async_pubsub().await {
                 Ok(p) => {
                     backoff = Duration::from_millis(50);
                     if !notice(Notice::Connected) {
@@ -169,6 +241,7 @@ async fn pubsub_loop(
                     }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
+                    node = (node + 1) % nodes.len();
                     continue;
                 }
             },
@@ -192,6 +265,7 @@ async fn pubsub_loop(
             }
         }
         tracing::warn!("redis pub/sub connection lost; reconnecting");
+        node = (node + 1) % nodes.len();
         if !notice(Notice::Disconnected) {
             return;
         }
