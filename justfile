@@ -109,6 +109,11 @@ fuzz execs="300000":
 simulate seeds="2000":
     DLOCK_SIM_SEEDS={{seeds}} cargo test -p dlock-core --test simulation -- --nocapture
 
+# One client holding N locks (default 10,000): renewal traffic, client memory per held lock,
+# and acquire latency with none vs N held. Writes bench/results/many.md.
+bench-many n="10000":
+    cargo run --quiet --release -p dlock-bench --bin many -- {{n}}
+
 # Every library side by side against one redis-server and one ZooKeeper it starts (release
 # builds): dlock from Rust, Wasm, Python and Node next to redis-py, python-redis-lock, pottery,
 # node-redlock, rslock, Redisson, kazoo and Curator. Peers go into target/bench-venv,
