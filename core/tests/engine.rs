@@ -810,3 +810,40 @@ fn a_hand_off_notice_that_overtakes_the_queued_reply_is_taken_at_once() {
         other => panic!("the hand-off was not taken at once: {other:?}"),
     }
 }
+
+/// A client paused past its lease (a stopped process: no timers ran) finds on waking that its
+/// hold's validity ran out. It reports the hold lost without renewing it first — a renewal
+/// would only keep the lock from the others — and, under lock-delay, without giving it back.
+#[test]
+fn a_client_that_wakes_after_its_lease_reports_the_loss_without_renewing() {
+    for lock_delay in [Duration::ZERO, 2 * SEC] {
+        let mut bed = Bed::new(1);
+        let mut config = Config::new(ClientId(7));
+        config.lock_delay = lock_delay;
+        bed.engines[0] = Engine::new(config, bed.now).unwrap();
+        bed.acquire(0, 1, "job", Wait::No);
+        let (hold, _, _) = acquired(&bed.take(0));
+        bed.take_sent(0);
+        bed.now = bed.now + 30 * SEC; // the pause: the lease is 10 s
+        bed.engines[0].handle_timeout(bed.now);
+        bed.settle();
+        assert!(matches!(
+            bed.take(0).as_slice(),
+            [Event::Lost { hold: h, reason: LostReason::Expired }] if *h == hold
+        ));
+        let scripts: Vec<redis::Script> = bed
+            .take_sent(0)
+            .into_iter()
+            .filter_map(|op| match op {
+                RedisOp::Eval { script, .. } => Some(script),
+                _ => None,
+            })
+            .collect();
+        let expected: &[redis::Script] = if lock_delay.is_zero() {
+            &[redis::Script::Release]
+        } else {
+            &[]
+        };
+        assert_eq!(scripts, expected, "lock-delay {lock_delay:?}");
+    }
+}

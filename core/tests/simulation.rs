@@ -17,7 +17,10 @@
 //!    learn of them, and a reentrant acquire reports its tenure's token;
 //! 3. every command ends in exactly one terminal event (checked again after a final drain in
 //!    which every pending command must end);
-//! 4. no panic.
+//! 4. lock-delay (Redis clients draw one of 0, 100 ms or 1 s): a new tenure never starts
+//!    within the lock-delay of a holder whose validity ran out while its application still
+//!    held the lock (paused, or not yet told) and had not released it;
+//! 5. no panic.
 //!
 //! `DLOCK_SIM_SEEDS=N` sets the number of seeds, `DLOCK_SIM_SEED=S` replays one seed, and
 //! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
@@ -31,8 +34,8 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::ZkSettings;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, Op, OpId,
-    Output, Protocol, Request, RequestId, Response, TransportError, Wait,
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, LostReason, Notice,
+    Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError, Wait,
 };
 use dlock_testkit::Rng;
 
@@ -143,6 +146,7 @@ struct Client {
     beliefs: BTreeMap<HoldId, Belief>,
     ops: BTreeMap<OpId, OpKind>,
     next_op: u64,
+    lock_delay: Duration,
 }
 
 impl Client {
@@ -174,6 +178,9 @@ struct World {
     touched: BTreeMap<SessionId, u64>,
     clients: Vec<Client>,
     last_token: BTreeMap<String, u64>,
+    /// Per lock: true time before which no new tenure may start, because a holder with
+    /// lock-delay lapsed (told lost as its lease ran out, or crashed) without releasing.
+    lapses: BTreeMap<String, u64>,
     draining: bool,
     trace: Option<VecDeque<String>>,
     stats: Stats,
@@ -211,6 +218,7 @@ impl World {
                 beliefs: BTreeMap::new(),
                 ops: BTreeMap::new(),
                 next_op: 1,
+                lock_delay: Duration::ZERO,
             })
             .collect();
         let mut world = World {
@@ -228,6 +236,7 @@ impl World {
             touched: BTreeMap::new(),
             clients,
             last_token: BTreeMap::new(),
+            lapses: BTreeMap::new(),
             draining: false,
             trace: trace.then(VecDeque::new),
             stats: Stats::default(),
@@ -309,6 +318,10 @@ impl World {
         config.waiter_lease = Duration::from_millis(*self.rng.pick(&[50, 300, 1000]));
         config.request_timeout = Duration::from_millis(*self.rng.pick(&[100, 500, 2000]));
         config.max_batch = *self.rng.pick(&[1, 2, 100]);
+        if self.zk.is_none() {
+            config.lock_delay = Duration::from_millis(*self.rng.pick(&[0, 0, 100, 1000]));
+        }
+        self.clients[c].lock_delay = config.lock_delay;
         if let Some((store, session_timeout)) = &mut self.zk {
             let session = store.open_session();
             self.touched.insert(session, self.now);
@@ -517,6 +530,7 @@ impl World {
                             self.fail(format!("client {c}: new tenure of {name} got token {token} (count {count}) after {last}"));
                         }
                         self.last_token.insert(name.clone(), token);
+                        self.check_lock_delay(c, name);
                         let name = name.clone();
                         self.clients[c].beliefs.insert(
                             hold,
@@ -554,7 +568,10 @@ impl World {
                     b.valid_until = b.valid_until.max(valid_until);
                 }
             }
-            Event::Lost { hold, .. } => {
+            Event::Lost { hold, reason } => {
+                if reason == LostReason::Expired {
+                    self.lapse(c, hold);
+                }
                 self.stats.lost += 1;
                 // The hold may have run out just before the application's final release reached
                 // the engine: then that release fails with NotHeld.
@@ -569,6 +586,60 @@ impl World {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Client `c`'s hold `hold` ends without a release (lease run out, or a crash): under
+    /// lock-delay, nobody may start a tenure of its lock until the delay after its validity.
+    fn lapse(&mut self, c: usize, hold: HoldId) {
+        let client = &self.clients[c];
+        let Some(b) = client.beliefs.get(&hold) else {
+            return;
+        };
+        if client.lock_delay.is_zero() {
+            return;
+        }
+        let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
+        let until = client.global(b.valid_until) + delay;
+        let entry = self.lapses.entry(b.name.clone()).or_insert(0);
+        *entry = (*entry).max(until);
+    }
+
+    /// Check 4: client `c` starts a new tenure of `name` now: not before a lapse's delay has
+    /// passed, nor while another client's application holds it with a validity that ran out
+    /// less than that client's lock-delay ago, unless it is releasing it.
+    fn check_lock_delay(&self, c: usize, name: &str) {
+        if let Some(&until) = self.lapses.get(name)
+            && self.now < until
+        {
+            self.fail(format!(
+                "client {c} took {name} {:.6}s before a lapsed holder's lock-delay ended",
+                (until - self.now) as f64 / 1e9
+            ));
+        }
+        for (i, client) in self.clients.iter().enumerate() {
+            if i == c || client.lock_delay.is_zero() {
+                continue;
+            }
+            for (hold, b) in &client.beliefs {
+                let releasing = client
+                    .ops
+                    .values()
+                    .any(|k| matches!(k, OpKind::Release { hold: h } if h == hold));
+                let lapsed_at = client.global(b.valid_until);
+                let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
+                if b.name == name
+                    && !releasing
+                    && lapsed_at <= self.now
+                    && self.now < lapsed_at + delay
+                {
+                    self.fail(format!(
+                        "client {c} took {name} {:.6}s after client {i}'s validity ran out, inside its lock-delay of {:?}",
+                        (self.now - lapsed_at) as f64 / 1e9,
+                        client.lock_delay
+                    ));
+                }
+            }
         }
     }
 
@@ -636,6 +707,10 @@ impl World {
         if !self.draining && self.rng.chance(2) {
             self.stats.crashes += 1;
             self.note(|| format!("c{c} crashes"));
+            let held: Vec<HoldId> = self.clients[c].beliefs.keys().copied().collect();
+            for hold in held {
+                self.lapse(c, hold);
+            }
             let client = &mut self.clients[c];
             client.engine = None;
             client.zk = None;

@@ -178,7 +178,7 @@ impl Machine {
                         t.lease + self.lock_delay,
                         count,
                         Mode::Refresh,
-                        waiter_lease(self.waiter_lease, t.lease),
+                        waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
                     );
                     let lease = t.lease;
                     self.send(
@@ -701,7 +701,9 @@ impl Machine {
         }
     }
 
-    /// Renews `seq` and, in the same requests, every other hold due within a sixth of its lease.
+    /// Renews `seq` and, in the same requests, every other hold due within a sixth of its lease
+    /// — but no hold whose validity has already run out (after a pause, say): its expiry,
+    /// due as well, reports it lost, and a renewal would only keep the lock from others.
     fn renew_batch(&mut self, seq: u64) {
         let Some(t) = self.tenures.get(&seq) else {
             return;
@@ -720,6 +722,7 @@ impl Machine {
                 ..
             }) = self.tenures.get_mut(&s)
                 && !h.renewing
+                && h.valid_until > self.base.now
             {
                 h.renewing = true;
                 items.push((s, *lease));
@@ -760,7 +763,7 @@ impl Machine {
             t.lease + self.lock_delay,
             1,
             mode,
-            waiter_lease(self.waiter_lease, t.lease),
+            waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
         );
         self.base.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
@@ -833,7 +836,9 @@ impl Machine {
         }
     }
 
-    /// A held tenure is gone. Anything we may still hold on the server is given back.
+    /// A held tenure is gone. Anything we may still hold on the server is given back — except
+    /// a lease that ran out under lock-delay: the application may still be at work (it was
+    /// paused, say), and the delay exists to keep the next holder away from it.
     fn lose(&mut self, seq: u64, reason: LostReason) {
         if !matches!(
             self.tenures.get(&seq),
@@ -845,7 +850,12 @@ impl Machine {
             return;
         }
         let Some(t) = self.forget(seq) else { return };
-        if matches!(reason, LostReason::Expired | LostReason::MaxHold) && !self.base.closed {
+        let give_back = match reason {
+            LostReason::Expired => self.lock_delay.is_zero(),
+            LostReason::MaxHold => true,
+            _ => false,
+        };
+        if give_back && !self.base.closed {
             self.send(redis::release(&t.keys, &t.token, 0), Purpose::Cleanup);
         }
         self.event(Event::Lost {
@@ -964,7 +974,9 @@ impl Machine {
 
 /// The waiter lease of one acquire: the client's, but never longer than the lease asked for.
 /// A hand-off gives the waiter a tenure that lasts what is left of its waiter lease, so this
-/// keeps a lock handed to a waiter that dies before it renews from outliving a lease.
+/// keeps a lock handed to a waiter that dies before it renews from outliving a lease. Like
+/// the lease, it is sent with the lock-delay added, and the waiter's own arithmetic uses it
+/// without.
 fn waiter_lease(configured: Duration, lease: Duration) -> Duration {
     configured.min(lease)
 }
