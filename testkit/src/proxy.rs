@@ -1,17 +1,19 @@
 //! A TCP proxy on a free loopback port in front of a server, for faults between a client and
 //! its server: a black hole (bytes are swallowed, connections stay open), a stall (bytes wait
 //! in the proxy and flow again when it ends, as TCP delivers after a partition heals), added
-//! latency, and — in front of ZooKeeper — cutting a connection right after a create request
-//! went through, so that its reply is lost.
+//! latency, a new target for new connections (a failover behind a fixed address), and — in
+//! front of ZooKeeper — cutting a connection right after a create request went through, so
+//! that its reply is lost.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 struct State {
+    target: AtomicU16,
     blackhole: AtomicBool,
     stalled: AtomicBool,
     delay_us: AtomicU64,
@@ -46,10 +48,12 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let port = listener.local_addr().expect("proxy address").port();
         let state = Arc::new(State::default());
+        state.target.store(target, Ordering::SeqCst);
         let shared = state.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
+                let target = shared.target.load(Ordering::SeqCst);
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
@@ -79,6 +83,11 @@ impl TcpProxy {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Sends new connections to `port` from now on (connections already made stay).
+    pub fn retarget(&self, port: u16) {
+        self.state.target.store(port, Ordering::SeqCst);
     }
 
     /// Swallows every byte both ways (`true`) or forwards again (`false`).

@@ -49,7 +49,12 @@ async fn cycles(client: &dlock::Client, n: usize) -> Vec<f64> {
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        let guard = client.lock("probe").lease(LEASE).acquire().await.expect("acquires");
+        let guard = client
+            .lock("probe")
+            .lease(LEASE)
+            .acquire()
+            .await
+            .expect("acquires");
         guard.release().await.expect("releases");
         samples.push(started.elapsed().as_secs_f64() * 1e3);
     }
@@ -71,7 +76,14 @@ async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
         .expect("INFO");
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -86,8 +98,12 @@ async fn main() {
         .get_multiplexed_async_connection()
         .await
         .expect("connects");
-    let client = dlock::Client::connect(&server.url()).await.expect("connects");
-    let other = dlock::Client::connect(&server.url()).await.expect("connects");
+    let client = dlock::Client::connect(&server.url())
+        .await
+        .expect("connects");
+    let other = dlock::Client::connect(&server.url())
+        .await
+        .expect("connects");
 
     cycles(&client, 200).await; // warm-up
     cycles(&other, 200).await;

@@ -8,8 +8,9 @@
 //!   tenure to another worker (in the order the workers saw their acquisitions), and how
 //!   many of those the resource accepted. Accepted stale writes are the violations: the
 //!   fencing token exists to make that number 0.
-//! - **recovery**: how long after a holder died (paused, killed, cut off) another worker
-//!   acquired the lock; it must stay within the lease (ZooKeeper: the session timeout) + 1 s.
+//! - **recovery**: how long after a holder died (paused, killed, cut off) the lock was
+//!   acquired again; it must stay within the lease (ZooKeeper: the session timeout, plus any
+//!   lock-delay) + 1 s.
 //! - **told lost**: whether the holder that was paused or cut off heard that its lock was lost.
 //!
 //! Set `DLOCK_FAULTS_KEEP=1` to keep each run's worker logs.
@@ -41,6 +42,8 @@ pub enum Backend {
     Redis,
     /// One redis-server with `appendonly yes`, `appendfsync always`.
     RedisAof,
+    /// A redis-server primary and a replica, behind one address that a failover moves.
+    RedisReplicated,
     /// One ZooKeeper server.
     ZooKeeper,
     /// A three-server ZooKeeper ensemble.
@@ -63,6 +66,10 @@ pub enum Nemesis {
     Restart,
     /// SIGKILL the ZooKeeper leader while the lock is held; start it again later.
     LeaderKill,
+    /// Fail over to a replica that missed the latest writes: the replica is detached just
+    /// before a tenure starts, then the primary is killed mid-tenure and the replica takes its
+    /// address (a new replica is attached for the next round).
+    Failover,
 }
 
 /// One line of the table.
@@ -74,6 +81,9 @@ pub struct Scenario {
     /// False for the control: every write goes to a key of its own tenure, so no fence ever
     /// compares two tokens — and the checker must then see stale writes get through.
     pub fenced: bool,
+    /// The workers' lock-delay (Redis). With one, a paused holder must meet no new holder
+    /// when it resumes within lease + delay: no stale write may even be attempted.
+    pub lock_delay: Duration,
 }
 
 const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Scenario {
@@ -82,21 +92,31 @@ const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
         backend,
         nemesis,
         fenced: true,
+        lock_delay: Duration::ZERO,
     }
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 11] = [
+pub const SCENARIOS: [Scenario; 13] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
     scenario("redis-partition", Backend::Redis, Nemesis::Partition),
     scenario("redis-slow-link", Backend::Redis, Nemesis::SlowLink),
     scenario("redis-restart", Backend::Redis, Nemesis::Restart),
     scenario("redis-restart-aof", Backend::RedisAof, Nemesis::Restart),
+    scenario(
+        "redis-failover",
+        Backend::RedisReplicated,
+        Nemesis::Failover,
+    ),
     scenario("zk-pause", Backend::ZooKeeper, Nemesis::Pause),
     scenario("zk-kill", Backend::ZooKeeper, Nemesis::Kill),
     scenario("zk-session-expiry", Backend::ZooKeeper, Nemesis::Partition),
     scenario("zk-leader-kill", Backend::ZkEnsemble, Nemesis::LeaderKill),
+    Scenario {
+        lock_delay: Duration::from_secs(3),
+        ..scenario("redis-pause-lock-delay", Backend::Redis, Nemesis::Pause)
+    },
     Scenario {
         fenced: false,
         ..scenario("control-unfenced-pause", Backend::Redis, Nemesis::Pause)
@@ -164,7 +184,7 @@ pub struct Report {
     pub failed_acquires: usize,
     pub stale_attempted: usize,
     pub stale_accepted: usize,
-    /// Per round: time from the fault to the next acquisition by another worker.
+    /// Per round: time from the fault to the next acquisition.
     pub recovery: Vec<Option<Duration>>,
     /// The bound `recovery` must meet, for faults that end a holder.
     pub bound: Option<Duration>,
@@ -182,6 +202,12 @@ impl Report {
         let mut out = Vec::new();
         if self.scenario.fenced && self.stale_accepted > 0 {
             out.push(format!("{} stale writes accepted", self.stale_accepted));
+        }
+        if !self.scenario.lock_delay.is_zero() && self.stale_attempted > 0 {
+            out.push(format!(
+                "{} writes met a new holder inside the lock-delay",
+                self.stale_attempted
+            ));
         }
         if !self.scenario.fenced && self.stale_accepted < self.rounds {
             out.push(format!(
@@ -281,7 +307,50 @@ pub fn table(reports: &[Report]) -> String {
 
 enum LockServer {
     Redis(RedisServer),
+    /// Clients use `front`'s address, which leads to `primary`.
+    Replicated {
+        primary: RedisServer,
+        replica: Option<RedisServer>,
+        front: TcpProxy,
+    },
     Zk(ZkEnsemble),
+}
+
+impl LockServer {
+    fn replicated() -> Self {
+        let primary = RedisServer::start();
+        let front = TcpProxy::start(primary.port());
+        let replica = Some(replica_of(&primary));
+        LockServer::Replicated {
+            primary,
+            replica,
+            front,
+        }
+    }
+}
+
+/// A new replica of `primary`, once it has synchronised.
+fn replica_of(primary: &RedisServer) -> RedisServer {
+    let port = primary.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !redis_cli(replica.port(), &["INFO", "replication"]).contains("master_link_status:up") {
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not sync in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    replica
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 struct Worker {
@@ -328,6 +397,7 @@ impl World {
                 "--appendfsync",
                 "always",
             ])),
+            Backend::RedisReplicated => LockServer::replicated(),
             Backend::ZooKeeper => LockServer::Zk(ZkEnsemble::start(1)),
             Backend::ZkEnsemble => LockServer::Zk(ZkEnsemble::start(3)),
         };
@@ -361,6 +431,7 @@ impl World {
             LockServer::Redis(redis) => {
                 format!("redis://127.0.0.1:{}", port.unwrap_or(redis.port()))
             }
+            LockServer::Replicated { front, .. } => format!("redis://127.0.0.1:{}", front.port()),
             LockServer::Zk(zk) => {
                 let hosts = port.map_or_else(|| zk.hosts(), |p| format!("127.0.0.1:{p}"));
                 format!(
@@ -374,6 +445,7 @@ impl World {
     fn lock_port(&self) -> u16 {
         match &self.lock {
             LockServer::Redis(redis) => redis.port(),
+            LockServer::Replicated { front, .. } => front.port(),
             LockServer::Zk(zk) => zk.port(0),
         }
     }
@@ -403,6 +475,7 @@ impl World {
                     "unfenced"
                 }
                 .into(),
+                self.scenario.lock_delay.as_millis().to_string(),
             ])
             .stdin(Stdio::null())
             .spawn()
@@ -434,7 +507,7 @@ impl World {
     /// How long a dead holder may keep the lock: its lease, or on ZooKeeper its session.
     fn lease(&self) -> Duration {
         match self.scenario.backend {
-            Backend::Redis | Backend::RedisAof => self.settings.lease,
+            Backend::Redis | Backend::RedisAof | Backend::RedisReplicated => self.settings.lease,
             Backend::ZooKeeper | Backend::ZkEnsemble => self.settings.session_timeout,
         }
     }
@@ -445,7 +518,12 @@ impl World {
     /// fence.
     fn hold(&self) -> Duration {
         match self.scenario.nemesis {
-            Nemesis::Partition | Nemesis::Restart => self.lease() * 2,
+            Nemesis::Partition | Nemesis::Restart | Nemesis::Failover => self.lease() * 2,
+            // The pause (lease + 1.5 s) ends inside the lock-delay; the second write comes
+            // half a second later, still inside it.
+            Nemesis::Pause if !self.scenario.lock_delay.is_zero() => {
+                self.lease() + Duration::from_secs(2)
+            }
             _ => self.settings.hold,
         }
     }
@@ -454,7 +532,10 @@ impl World {
         let lease = self.lease();
         match self.scenario.nemesis {
             Nemesis::Pause => {
-                let (i, token, at) = self.stop_holder();
+                // Under lock-delay, pause a tenure as it starts, so that it resumes inside
+                // the delay with half a second of work left.
+                let fresh = !self.scenario.lock_delay.is_zero();
+                let (i, token, at) = self.stop_holder(fresh);
                 std::thread::sleep(lease + Duration::from_millis(1500));
                 signal(&self.workers[i].child, Signal::SIGCONT);
                 let label = self.workers[i].label.clone();
@@ -465,7 +546,7 @@ impl World {
                 });
             }
             Nemesis::Kill => {
-                let (i, token, at) = self.stop_holder();
+                let (i, token, at) = self.stop_holder(false);
                 let mut worker = self.workers.remove(i);
                 signal(&worker.child, Signal::SIGKILL);
                 let _ = worker.child.wait();
@@ -524,6 +605,35 @@ impl World {
                 });
                 std::thread::sleep(lease + Duration::from_millis(1500));
             }
+            Nemesis::Failover => {
+                let LockServer::Replicated { replica, .. } = &mut self.lock else {
+                    unreachable!("failovers are for a replicated Redis")
+                };
+                let promoted = replica.take().expect("a replica to fail over to");
+                // From here on the replica misses every write: the tenure below, its fence.
+                redis_cli(promoted.port(), &["REPLICAOF", "NO", "ONE"]);
+                let (i, token) = self.fresh_holder_wait();
+                let at = monotonic_ns();
+                let LockServer::Replicated {
+                    primary,
+                    replica,
+                    front,
+                } = &mut self.lock
+                else {
+                    unreachable!()
+                };
+                front.retarget(promoted.port());
+                let mut old = std::mem::replace(primary, promoted);
+                old.stop();
+                *replica = Some(replica_of(primary));
+                let label = self.workers[i].label.clone();
+                self.events.push(Event {
+                    at,
+                    victim: Some((label, token)),
+                    must_tell: true,
+                });
+                std::thread::sleep(lease + Duration::from_millis(1500));
+            }
             Nemesis::LeaderKill => {
                 let _ = self.holder_mid_tenure_wait();
                 let LockServer::Zk(zk) = &mut self.lock else {
@@ -541,8 +651,9 @@ impl World {
                 zk.restart(leader);
             }
         }
-        // Let the victim finish its tenure and the others settle before the next fault.
-        std::thread::sleep(lease);
+        // Let the victim finish its tenure (and any lock-delay run out), and the others
+        // settle, before the next fault.
+        std::thread::sleep(lease + self.scenario.lock_delay);
     }
 
     /// Index and token of a worker in the middle of a tenure (acquired, and not yet done
@@ -589,10 +700,15 @@ impl World {
         }
     }
 
-    /// Stops (SIGSTOP) a worker in the middle of a tenure: its index, token and the time.
-    fn stop_holder(&mut self) -> (usize, u64, u64) {
+    /// Stops (SIGSTOP) a worker in the middle of a tenure (one that starts from now on, if
+    /// `fresh`): its index, token and the time.
+    fn stop_holder(&mut self, fresh: bool) -> (usize, u64, u64) {
         loop {
-            let (i, token) = self.holder_mid_tenure_wait();
+            let (i, token) = if fresh {
+                self.fresh_holder_wait()
+            } else {
+                self.holder_mid_tenure_wait()
+            };
             let at = monotonic_ns();
             let child = &self.workers[i].child;
             signal(child, Signal::SIGSTOP);
@@ -642,7 +758,7 @@ impl World {
                 self.scenario.nemesis,
                 Nemesis::Pause | Nemesis::Kill | Nemesis::Partition
             )
-            .then(|| self.lease() + Duration::from_secs(1)),
+            .then(|| self.lease() + self.scenario.lock_delay + Duration::from_secs(1)),
             victims: 0,
             told_lost: 0,
             lost_events: history.lost.len(),
@@ -654,11 +770,9 @@ impl World {
             }
         }
         for event in &self.events {
-            let victim = event.victim.as_ref().map(|(label, _)| label.as_str());
-            let next = history
-                .tenures
-                .iter()
-                .find(|t| t.at > event.at && Some(t.label.as_str()) != victim);
+            // Any tenure that starts after the fault, the victim's own next one included (a
+            // paused worker that resumes may be the next to get the lock).
+            let next = history.tenures.iter().find(|t| t.at > event.at);
             report
                 .recovery
                 .push(next.map(|t| Duration::from_nanos(t.at - event.at)));

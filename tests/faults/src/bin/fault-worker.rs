@@ -1,8 +1,8 @@
 //! One worker of the fault suite (`dlock-faults`), run as its own OS process so the nemesis
 //! can pause it (SIGSTOP), kill it (SIGKILL) or cut it off.
 //!
-//! `fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced`
-//! acquires lock NAME
+//! `fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced
+//! LOCK_DELAY_MS` acquires lock NAME
 //! over and over until DIR/stop appears. Each tenure writes `pid token` to DIR/holder, makes
 //! a fenced write to the resource (a Redis hash on RESOURCE_URL, never faulted) at once,
 //! sleeps HOLD_MS, makes a second fenced write — whatever it was told about its lock in the
@@ -52,12 +52,14 @@ async fn main() {
         lease,
         hold,
         fencing,
+        lock_delay,
     ] = args.as_slice()
     else {
         panic!(
-            "usage: fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced"
+            "usage: fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced LOCK_DELAY_MS"
         );
     };
+    let lock_delay = Duration::from_millis(lock_delay.parse().expect("LOCK_DELAY_MS"));
     let fenced = match fencing.as_str() {
         "fenced" => true,
         "unfenced" => false,
@@ -77,7 +79,11 @@ async fn main() {
         .await
         .expect("the resource server is up");
     let client = loop {
-        match dlock::Client::connect(lock_url).await {
+        match dlock::Client::builder(lock_url)
+            .lock_delay(lock_delay)
+            .connect()
+            .await
+        {
             Ok(client) => break client,
             Err(e) => {
                 log(&log_file, format!("fail {} {e}", monotonic_ns()));
