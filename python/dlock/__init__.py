@@ -98,8 +98,13 @@ def connect(
     lock_delay: Optional[float] = None,
 ) -> "Client":
     """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
-    ``zk://host:port[,host:port…][/chroot]``
-    or ``memory://[name]``.
+    ``zk://host:port[,host:port…][/chroot]`` or ``memory://[name]``.
+
+    ``waiter_lease`` (seconds, Redis only, default 3): how long a queued waiter keeps its place
+    without renewing it (it renews every third of it); never longer than the lease it waits for.
+
+    ``request_timeout`` (seconds, default 2): a backend request with no reply after this long
+    counts as failed.
 
     ``lock_delay`` (seconds, Redis only, default off): a lock whose holder stops renewing
     without releasing stays taken that long after its lease, so that a paused holder that
