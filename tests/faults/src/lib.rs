@@ -538,12 +538,7 @@ impl World {
                 let (i, token, at) = self.stop_holder(fresh);
                 std::thread::sleep(lease + Duration::from_millis(1500));
                 signal(&self.workers[i].child, Signal::SIGCONT);
-                let label = self.workers[i].label.clone();
-                self.events.push(Event {
-                    at,
-                    victim: Some((label, token)),
-                    must_tell: true,
-                });
+                self.hit(i, token, at, true);
             }
             Nemesis::Kill => {
                 let (i, token, at) = self.stop_holder(false);
@@ -565,12 +560,7 @@ impl World {
                 proxy.stall(true);
                 std::thread::sleep(lease + Duration::from_millis(1500));
                 proxy.stall(false);
-                let label = self.workers[i].label.clone();
-                self.events.push(Event {
-                    at,
-                    victim: Some((label, token)),
-                    must_tell: true,
-                });
+                self.hit(i, token, at, true);
             }
             Nemesis::SlowLink => {
                 let at = monotonic_ns();
@@ -597,12 +587,7 @@ impl World {
                 redis.restart();
                 // Without persistence the holder's lock is gone and its next renewal must
                 // tell it so; with AOF it keeps the lock.
-                let label = self.workers[i].label.clone();
-                self.events.push(Event {
-                    at,
-                    victim: Some((label, token)),
-                    must_tell: self.scenario.backend == Backend::Redis,
-                });
+                self.hit(i, token, at, self.scenario.backend == Backend::Redis);
                 std::thread::sleep(lease + Duration::from_millis(1500));
             }
             Nemesis::Failover => {
@@ -626,12 +611,7 @@ impl World {
                 let mut old = std::mem::replace(primary, promoted);
                 old.stop();
                 *replica = Some(replica_of(primary));
-                let label = self.workers[i].label.clone();
-                self.events.push(Event {
-                    at,
-                    victim: Some((label, token)),
-                    must_tell: true,
-                });
+                self.hit(i, token, at, true);
                 std::thread::sleep(lease + Duration::from_millis(1500));
             }
             Nemesis::LeaderKill => {
@@ -654,6 +634,16 @@ impl World {
         // Let the victim finish its tenure (and any lock-delay run out), and the others
         // settle, before the next fault.
         std::thread::sleep(lease + self.scenario.lock_delay);
+    }
+
+    /// Records a fault at `at` that hit worker `i`'s tenure `token`.
+    fn hit(&mut self, i: usize, token: u64, at: u64, must_tell: bool) {
+        let label = self.workers[i].label.clone();
+        self.events.push(Event {
+            at,
+            victim: Some((label, token)),
+            must_tell,
+        });
     }
 
     /// Index and token of a worker in the middle of a tenure (acquired, and not yet done
