@@ -2,14 +2,14 @@
 //! can pause it (SIGSTOP), kill it (SIGKILL) or cut it off.
 //!
 //! `fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced
-//! LOCK_DELAY_MS` acquires lock NAME
-//! over and over until DIR/stop appears. Each tenure writes `pid token` to DIR/holder, makes
-//! a fenced write to the resource (a Redis hash on RESOURCE_URL, never faulted) at once,
-//! sleeps HOLD_MS, makes a second fenced write — whatever it was told about its lock in the
-//! meantime, like a process that was paused mid-way — and releases. `unfenced` (the
-//! control) writes each tenure to a key of its own, which no fence can protect. Every step
-//! is appended
-//! to DIR/LABEL.log as it happens (CLOCK_MONOTONIC nanoseconds), so the log survives a kill:
+//! LOCK_DELAY_MS` acquires lock NAME over and over until DIR/stop appears. Each tenure
+//! writes `pid token` to DIR/holder, makes a fenced write to the resource (a Redis hash on
+//! RESOURCE_URL, never faulted) at once, and HOLD_MS after the acquisition (however long the
+//! first write took, paused or not) a second one — whatever it was told about its lock in
+//! the meantime, like a process that was paused mid-way — then releases. `unfenced` (the
+//! control) writes each tenure to a key of its own, which no fence can protect. Every step is
+//! appended to DIR/LABEL.log as it happens (CLOCK_MONOTONIC nanoseconds), so the log
+//! survives a kill:
 //!
 //! ```text
 //! acq TOKEN T            the lock was acquired
@@ -109,6 +109,7 @@ async fn main() {
                 continue;
             }
         };
+        let acquired_at = tokio::time::Instant::now();
         let token = guard.fencing_token();
         log(&log_file, format!("acq {token} {}", monotonic_ns()));
         let holder = dir.join(format!("{label}.holder"));
@@ -131,7 +132,7 @@ async fn main() {
         };
         for step in 0..2 {
             if step == 1 {
-                tokio::time::sleep(hold).await;
+                tokio::time::sleep_until(acquired_at + hold).await;
                 // Before the second write's send time is read: a nemesis that finds this
                 // line knows it is too late to pause the tenure before that write.
                 log(&log_file, format!("woke {token} {}", monotonic_ns()));
