@@ -274,20 +274,24 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 async fn status(backend: &str, name: &str, json: bool) -> Result<u8, Error> {
     let client = Client::connect(backend).await?;
     let s = client.status(name).await?;
+    // Redlock: each node's own view too.
+    let nodes = match client.node_status(name).await? {
+        nodes if nodes.len() > 1 => nodes,
+        _ => Vec::new(),
+    };
     if json {
-        let owner = s.owner.as_deref().map_or("null".to_owned(), json_string);
-        let ttl = s
-            .ttl
-            .map_or("null".to_owned(), |t| t.as_millis().to_string());
-        let waiters: Vec<String> = s.waiters.iter().map(|w| json_string(w)).collect();
-        println!(
-            "{{\"lock\":{},\"owner\":{owner},\"count\":{},\"fencing_token\":{},\"ttl_ms\":{ttl},\"latest_token\":{},\"waiters\":[{}]}}",
-            json_string(name),
-            s.count,
-            s.fencing_token,
-            s.latest_token,
-            waiters.join(",")
-        );
+        let mut line = format!("{{\"lock\":{},{}", json_string(name), status_json(&s));
+        if !nodes.is_empty() {
+            let each: Vec<String> = nodes
+                .iter()
+                .map(|n| match n {
+                    Ok(n) => format!("{{{}}}", status_json(n)),
+                    Err(e) => format!("{{\"error\":{}}}", json_string(&e.to_string())),
+                })
+                .collect();
+            line += &format!(",\"nodes\":[{}]", each.join(","));
+        }
+        println!("{line}}}");
         return Ok(0);
     }
     println!("lock     {name}");
@@ -305,7 +309,38 @@ async fn status(backend: &str, name: &str, json: bool) -> Result<u8, Error> {
     for w in &s.waiters {
         println!("         {w}");
     }
+    for (i, node) in nodes.iter().enumerate() {
+        match node {
+            Ok(n) => println!(
+                "node {i}   {} token {} latest {}{}",
+                n.owner.as_deref().unwrap_or("free"),
+                n.fencing_token,
+                n.latest_token,
+                n.ttl.map_or(String::new(), |t| format!(
+                    " ({:.1} s left)",
+                    t.as_secs_f64()
+                ))
+            ),
+            Err(e) => println!("node {i}   unreachable: {e}"),
+        }
+    }
     Ok(0)
+}
+
+/// A status as JSON fields (without braces): owner, count, tokens, lease left, waiters.
+fn status_json(s: &dlock::LockStatus) -> String {
+    let owner = s.owner.as_deref().map_or("null".to_owned(), json_string);
+    let ttl = s
+        .ttl
+        .map_or("null".to_owned(), |t| t.as_millis().to_string());
+    let waiters: Vec<String> = s.waiters.iter().map(|w| json_string(w)).collect();
+    format!(
+        "\"owner\":{owner},\"count\":{},\"fencing_token\":{},\"ttl_ms\":{ttl},\"latest_token\":{},\"waiters\":[{}]",
+        s.count,
+        s.fencing_token,
+        s.latest_token,
+        waiters.join(",")
+    )
 }
 
 fn json_string(s: &str) -> String {

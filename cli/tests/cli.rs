@@ -264,6 +264,41 @@ fn status_shows_holder_and_waiters() {
 }
 
 #[test]
+fn runs_exclude_and_status_shows_every_node_on_redlock() {
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    let url = format!("redlock://{}", hosts.join(","));
+    three_processes_never_overlap(&url, nodes[0].dir());
+
+    let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();
+    wait_until("the lock is held", || {
+        status_json(&url).contains("\"count\":1")
+    });
+    nodes[2].stop();
+    let json = status_json(&url);
+    assert!(json.starts_with("{\"lock\":\"job\",\"owner\":\""), "{json}");
+    assert!(fencing_token(&json) > 0, "{json}");
+    assert!(
+        json.contains("\"nodes\":[{\"owner\":\"") && json.contains("{\"error\":"),
+        "{json}"
+    );
+    let text = dlock()
+        .args(["status", "--backend", &url, "job"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("holder") && text.contains("node 1") && text.contains("node 2   unreachable"),
+        "{text}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
 fn demo_runs_without_a_server_and_checks_itself() {
     let out = dlock()
         .args(["demo", "--workers", "3", "--seconds", "1"])

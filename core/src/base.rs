@@ -79,6 +79,11 @@ impl<P> Base<P> {
     }
 
     pub(crate) fn send(&mut self, op: Op, purpose: P) {
+        self.send_within(op, purpose, self.request_timeout);
+    }
+
+    /// [`send`](Self::send) with a timeout of its own.
+    pub(crate) fn send_within(&mut self, op: Op, purpose: P, timeout: Duration) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
         self.requests.insert(
@@ -88,8 +93,7 @@ impl<P> Base<P> {
                 purpose,
             },
         );
-        self.timers
-            .set(Timer::Request(id.0), self.now + self.request_timeout);
+        self.timers.set(Timer::Request(id.0), self.now + timeout);
         self.out.push_back(Output::Request(Request { id, op }));
     }
 

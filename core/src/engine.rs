@@ -8,7 +8,7 @@ use crate::redis::LockStatus;
 use crate::time::Instant;
 use crate::types::{ClientId, HoldId, Input, Op, Output, Reply, Response};
 use crate::zk::ZkSettings;
-use crate::{redis, zk};
+use crate::{redis, redlock, zk};
 
 /// Which backend protocol an engine speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,25 +17,39 @@ pub enum Protocol {
     Redis,
     /// A ZooKeeper ensemble: [`crate::zk`].
     ZooKeeper(ZkSettings),
+    /// Redlock over this many independent Redis servers: [`crate::redlock`]. Requests name
+    /// their node ([`Op::Redlock`]).
+    Redlock { nodes: u32 },
 }
 
 impl Protocol {
-    /// The read-only request that shows who holds lock `name` and who waits; answer it with
-    /// [`Protocol::parse_status`]. Checks the name first.
-    pub fn status_request(&self, name: &str) -> Result<Op, Error> {
+    /// The read-only requests that show who holds lock `name` and who waits: one, or one per
+    /// node on Redlock. Answer each with [`Protocol::parse_status`]. Checks the name first.
+    pub fn status_requests(&self, name: &str) -> Result<Vec<Op>, Error> {
         crate::check_name(name)?;
         Ok(match self {
-            Protocol::Redis => Op::Redis(redis::status(&redis::LockKeys::new(name))),
-            Protocol::ZooKeeper(zk) => Op::Zk(zk::ZkOp::Children {
+            Protocol::Redis => vec![Op::Redis(redis::status(&redis::LockKeys::new(name)))],
+            Protocol::ZooKeeper(zk) => vec![Op::Zk(zk::ZkOp::Children {
                 path: zk::lock_dir(&zk.root, name),
-            }),
+            })],
+            Protocol::Redlock { nodes } => {
+                let op = redis::status(&redis::LockKeys::new(name));
+                (0..*nodes)
+                    .map(|node| Op::Redlock {
+                        node,
+                        op: op.clone(),
+                    })
+                    .collect()
+            }
         })
     }
 
-    /// The status from the reply to [`Protocol::status_request`].
+    /// The status from the reply to one of [`Protocol::status_requests`].
     pub fn parse_status(&self, reply: Reply) -> Result<LockStatus, Error> {
         match unpack(reply, "status", Ok)? {
-            Response::Redis(value) if *self == Protocol::Redis => redis::parse_status(&value),
+            Response::Redis(value) if !matches!(self, Protocol::ZooKeeper(_)) => {
+                redis::parse_status(&value)
+            }
             Response::Zk(zk::ZkReply::Children(children)) => Ok(zk::status(&children)),
             Response::Zk(zk::ZkReply::NoNode) => Ok(zk::status(&[])),
             other => Err(Error::MalformedReply(format!("status replied {other:?}"))),
@@ -98,6 +112,7 @@ pub struct HoldInfo {
 enum Inner {
     Redis(redis::machine::Machine),
     Zk(zk::machine::Machine),
+    Redlock(redlock::Machine),
 }
 
 /// The sans-IO lock engine.
@@ -118,6 +133,7 @@ macro_rules! with_machine {
         match &mut $engine.inner {
             Inner::Redis($m) => $body,
             Inner::Zk($m) => $body,
+            Inner::Redlock($m) => $body,
         }
     };
 }
@@ -130,6 +146,9 @@ impl Engine {
             Protocol::Redis => Inner::Redis(redis::machine::Machine::new(&config, now)?),
             Protocol::ZooKeeper(settings) => {
                 Inner::Zk(zk::machine::Machine::new(&config, settings, now)?)
+            }
+            Protocol::Redlock { nodes } => {
+                Inner::Redlock(redlock::Machine::new(&config, *nodes, now)?)
             }
         };
         Ok(Self { config, inner })
@@ -149,6 +168,7 @@ impl Engine {
         match &self.inner {
             Inner::Redis(m) => m.hold(hold),
             Inner::Zk(m) => m.hold(hold),
+            Inner::Redlock(m) => m.hold(hold),
         }
     }
 
@@ -182,6 +202,7 @@ impl Engine {
         match &self.inner {
             Inner::Redis(m) => m.base_ref().timers.next(),
             Inner::Zk(m) => m.base_ref().timers.next(),
+            Inner::Redlock(m) => m.base_ref().timers.next(),
         }
     }
 }

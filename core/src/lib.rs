@@ -65,6 +65,7 @@ mod base;
 mod engine;
 mod error;
 pub mod redis;
+pub mod redlock;
 mod time;
 mod timers;
 mod types;

@@ -103,6 +103,12 @@ pub enum Notice {
 pub enum Op {
     Redis(RedisOp),
     Zk(ZkOp),
+    /// Redlock: a Redis operation for node `node` (counted from 0 in the order the host
+    /// configured them) of several independent Redis servers.
+    Redlock {
+        node: u32,
+        op: RedisOp,
+    },
 }
 
 /// A successful answer to an [`Op`], in the same protocol.

@@ -178,6 +178,15 @@ fn server_ms(con: &mut resp::Connection) -> u64 {
     secs * 1000 + micros / 1000
 }
 
+/// About the server's time in ms × 1000, the floor of fresh counters (§3).
+fn server_floor_guess() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64;
+    ms * 1000
+}
+
 fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
     let keys = LockKeys::new(names[rng.below(names.len() as u64) as usize]);
     let token = &tokens[rng.below(tokens.len() as u64) as usize];
@@ -189,7 +198,12 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         }
     };
     let (lease, waiter_lease) = (lease(), lease());
-    match rng.below(10) {
+    match rng.below(11) {
+        10 => {
+            // Below, near or above the counters (which start at the server time × 1000).
+            let fencing = [7, server_floor_guess(), 1 << 52][rng.below(3) as usize];
+            redis::raise(&keys, token, fencing + rng.below(3))
+        }
         0..=4 => {
             let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
             let count = 1 + rng.below(3) as u32;

@@ -6,23 +6,22 @@ use std::path::Path;
 fn protocol_doc_quotes_every_script_verbatim() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("../docs/PROTOCOL.md")).expect("docs/PROTOCOL.md");
-    for file in [
-        "prelude",
-        "acquire",
-        "release",
-        "dequeue",
-        "extend",
-        "status",
-        "fenced_write",
-    ] {
-        let lua = std::fs::read_to_string(root.join(format!("src/redis/lua/{file}.lua")))
-            .expect("script");
+    let mut quoted = 0;
+    for entry in std::fs::read_dir(root.join("src/redis/lua")).expect("src/redis/lua") {
+        let path = entry.expect("entry").path();
+        let lua = std::fs::read_to_string(&path).expect("script");
         let block = format!("```lua\n{}\n```", lua.trim_end());
         assert!(
             doc.contains(&block),
-            "docs/PROTOCOL.md does not quote {file}.lua as it is in the core"
+            "docs/PROTOCOL.md does not quote {} as it is in the core",
+            path.display()
         );
+        quoted += 1;
     }
+    assert_eq!(
+        quoted, 8,
+        "the prelude, six protocol scripts and the fenced write"
+    );
     let version = format!(
         "# dlock protocol, version {}",
         dlock_core::redis::PROTOCOL_VERSION

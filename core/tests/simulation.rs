@@ -1,5 +1,6 @@
 //! Deterministic simulation of many engines contending through a faulty network for locks on
-//! the reference Redis or the reference ZooKeeper (every other seed).
+//! the reference Redis, on Redlock over 3 or 5 reference Redis nodes (every fourth seed), or
+//! on the reference ZooKeeper (every other seed).
 //!
 //! A seeded world: virtual time, clients whose clocks run up to 0.5% fast or slow, clients
 //! that pause for longer than their leases and clients that crash and restart. On Redis the
@@ -10,7 +11,8 @@
 //! still alive. The client library pings every third of the session timeout and declares the
 //! connection broken after two thirds without an answer; the server expires sessions it has
 //! not heard from for the session timeout, deleting their ephemeral nodes and firing
-//! watches. After every step it checks:
+//! watches. Redlock nodes crash and come back empty (no persistence) after staying down for
+//! longer than any lease, the restart delay Redlock's safety needs. After every step it checks:
 //!
 //! 1. at most one holder per lock whose local validity (mapped to true time) has not run out;
 //! 2. fencing tokens of new tenures strictly increase per lock, in the order the holders
@@ -171,6 +173,8 @@ struct World {
     msgs: BTreeMap<usize, Msg>,
     next_msg: usize,
     store: Store,
+    /// Redlock worlds: the nodes, each down until some true time, then restarted empty.
+    redlock: Option<Vec<RedlockNode>>,
     subscribers: BTreeMap<String, (usize, u32)>,
     /// ZooKeeper worlds: the server, its session timeout, and when it last heard from each
     /// session.
@@ -190,6 +194,16 @@ struct World {
     slow_pm: u64,
 }
 
+/// One independent Redis server of a Redlock world.
+struct RedlockNode {
+    store: Store,
+    /// Down (crashed) until this true time; it then comes back empty.
+    down_until: Option<u64>,
+    /// Its wall clock runs this many ms ahead of the others (or behind): server times, and
+    /// so the time floor of fencing tokens, differ from node to node.
+    skew_ms: i64,
+}
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Stats {
     steps: u64,
@@ -198,6 +212,8 @@ struct Stats {
     pauses: u64,
     crashes: u64,
     zk_seeds: u64,
+    redlock_seeds: u64,
+    node_crashes: u64,
     expiries: u64,
     breaks: u64,
 }
@@ -231,6 +247,7 @@ impl World {
             msgs: BTreeMap::new(),
             next_msg: 0,
             store: Store::new(),
+            redlock: None,
             subscribers: BTreeMap::new(),
             zk: None,
             touched: BTreeMap::new(),
@@ -252,6 +269,25 @@ impl World {
             world.zk = Some((ZkStore::new(), session_timeout));
             world.stats.zk_seeds = 1;
             world.schedule(0, Msg::ServerTick);
+        } else if seed % 4 == 1 {
+            let nodes = *world.rng.pick(&[3, 5]);
+            let skews: Vec<i64> = (0..nodes)
+                .map(|_| world.rng.range(0, 100) as i64 - 50)
+                .collect();
+            world.redlock = Some(
+                skews
+                    .into_iter()
+                    .map(|skew_ms| RedlockNode {
+                        store: Store::new(),
+                        down_until: None,
+                        skew_ms,
+                    })
+                    .collect(),
+            );
+            world.stats.redlock_seeds = 1;
+            // Redlock's liveness needs most answers within a node's timeout (a third of the
+            // lease): a storm of 1.5 s delays stops every contender alike, for good.
+            world.slow_pm = world.slow_pm.min(100);
         }
         for c in 0..n {
             world.start_client(c);
@@ -322,6 +358,11 @@ impl World {
             config.lock_delay = Duration::from_millis(*self.rng.pick(&[0, 0, 100, 1000]));
         }
         self.clients[c].lock_delay = config.lock_delay;
+        if let Some(nodes) = &self.redlock {
+            config.protocol = Protocol::Redlock {
+                nodes: nodes.len() as u32,
+            };
+        }
         if let Some((store, session_timeout)) = &mut self.zk {
             let session = store.open_session();
             self.touched.insert(session, self.now);
@@ -812,17 +853,35 @@ impl World {
     }
 
     fn server(&mut self, c: usize, incarnation: u32, request: Request) {
-        let Op::Redis(op) = request.op else {
-            self.fail(format!("a Redis world got {:?}", request.op))
+        let (node, op) = match (request.op, &self.redlock) {
+            (Op::Redis(op), None) => (None, op),
+            (Op::Redlock { node, op }, Some(_)) => (Some(node as usize), op),
+            (op, _) => self.fail(format!("this world got {op:?}")),
         };
+        if let Some(node) = node {
+            self.node_faults(node);
+            if self.redlock.as_ref().expect("redlock")[node]
+                .down_until
+                .is_some()
+            {
+                return; // down: no reply
+            }
+        }
         let reply = match op {
             RedisOp::Subscribe { channel } => {
                 self.subscribers.insert(channel, (c, incarnation));
                 Ok(Value::Status("OK".into()))
             }
             RedisOp::Eval { script, keys, args } => {
-                let now_ms = SERVER_EPOCH_MS + self.now / MS;
-                match self.store.eval(now_ms, script, &keys, &args) {
+                let mut now_ms = SERVER_EPOCH_MS + self.now / MS;
+                let store = match (node, &mut self.redlock) {
+                    (Some(node), Some(nodes)) => {
+                        now_ms = now_ms.saturating_add_signed(nodes[node].skew_ms);
+                        &mut nodes[node].store
+                    }
+                    _ => &mut self.store,
+                };
+                match store.eval(now_ms, script, &keys, &args) {
                     Ok(outcome) => {
                         for (channel, payload) in outcome.published {
                             if let Some(&(to, inc)) = self.subscribers.get(&channel) {
@@ -849,6 +908,33 @@ impl World {
             incarnation,
             input,
         });
+    }
+
+    /// Redlock node `node` sometimes crashes, losing every key; it stays down for longer
+    /// than any lease (2 s extend + 1 s lock-delay) and then serves again, empty. At most a
+    /// minority is down at once.
+    fn node_faults(&mut self, node: usize) {
+        let (now, draining) = (self.now, self.draining);
+        let crash = !draining && self.rng.chance(1);
+        let down_for = self.rng.range(3_100, 5_000) * MS;
+        let nodes = self.redlock.as_mut().expect("redlock");
+        // A minority at a time: a majority down only stops everyone (tests/redlock.rs shows
+        // that against real servers).
+        let minority = nodes.len() - (nodes.len() / 2 + 1);
+        let crash = crash && nodes.iter().filter(|n| n.down_until.is_some()).count() < minority;
+        let n = &mut nodes[node];
+        match n.down_until {
+            Some(until) if until <= now => {
+                n.store = Store::new();
+                n.down_until = None;
+            }
+            None if crash => {
+                n.down_until = Some(now + down_for);
+                self.stats.node_crashes += 1;
+                self.note(|| format!("redlock node {node} crashes"));
+            }
+            _ => {}
+        }
     }
 
     /// The ZooKeeper server: a request or ping on a session's connection.
@@ -1202,6 +1288,7 @@ fn describe(op: &Op) -> String {
             format!("{} {} {}", script.name(), keys[0], args.join(" "))
         }
         Op::Redis(RedisOp::Subscribe { channel }) => format!("subscribe {channel}"),
+        Op::Redlock { node, op } => format!("node {node}: {}", describe(&Op::Redis(op.clone()))),
         Op::Zk(op) => format!("{op:?}"),
     }
 }
@@ -1226,20 +1313,24 @@ fn simulation() {
         total.pauses += s.pauses;
         total.crashes += s.crashes;
         total.zk_seeds += s.zk_seeds;
+        total.redlock_seeds += s.redlock_seeds;
+        total.node_crashes += s.node_crashes;
         total.expiries += s.expiries;
         total.breaks += s.breaks;
     }
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
         total.zk_seeds,
+        total.redlock_seeds,
         total.steps,
         total.acquired,
         total.lost,
         total.pauses,
         total.crashes,
+        total.node_crashes,
         total.breaks,
         total.expiries
     );

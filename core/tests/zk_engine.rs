@@ -359,14 +359,18 @@ fn status_reads_the_lock_directory() {
     let (_, token) = acquired(&bed.take(0));
     bed.cmd(1, acquire(1, Wait::Forever));
     let protocol = Protocol::ZooKeeper(ZkSettings::new(SESSION));
-    let Op::Zk(op) = protocol.status_request("job").unwrap() else {
-        panic!("not a ZooKeeper op")
+    let ops = protocol.status_requests("job").unwrap();
+    let [Op::Zk(op)] = ops.as_slice() else {
+        panic!("not one ZooKeeper op")
     };
-    let reply = bed.store.execute(bed.engines[0].1, &op).unwrap().reply;
+    let reply = bed.store.execute(bed.engines[0].1, op).unwrap().reply;
     let status = protocol.parse_status(Ok(Response::Zk(reply))).unwrap();
     assert_eq!(status.fencing_token, token);
     assert_eq!(status.waiters.len(), 1);
-    assert!(matches!(protocol.status_request(""), Err(Error::EmptyName)));
+    assert!(matches!(
+        protocol.status_requests(""),
+        Err(Error::EmptyName)
+    ));
     let wrong = protocol.parse_status(Ok(Response::Zk(ZkReply::Done)));
     assert!(matches!(wrong, Err(Error::MalformedReply(_))));
 }

@@ -32,6 +32,8 @@ struct Inner {
     protocol: Protocol,
     ids: Arc<AtomicU64>,
     client_id: ClientId,
+    /// How long a request the client makes itself (status) may take.
+    request_timeout: Duration,
 }
 
 /// Options for [`Client`]; start with [`Client::builder`].
@@ -113,6 +115,7 @@ impl ClientBuilder {
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
         config.protocol = protocol.clone();
+        let request_timeout = config.request_timeout;
         let base = tokio::time::Instant::now();
         let engine = match (self.machine)(config, Instant::from_nanos(0)) {
             Ok(engine) => engine,
@@ -143,6 +146,7 @@ impl ClientBuilder {
                 protocol,
                 ids,
                 client_id,
+                request_timeout,
             }),
         })
     }
@@ -182,27 +186,63 @@ impl Client {
         }
     }
 
-    /// Who holds `name`, with which token, for how long, and who waits.
+    /// Who holds `name`, with which token, for how long, and who waits. On Redlock: what a
+    /// majority of the nodes agree on ([`dlock_core::redlock::merge_status`]); see
+    /// [`Client::node_status`] for each node.
     pub async fn status(&self, name: &str) -> Result<LockStatus, Error> {
-        let op = self.inner.protocol.status_request(name)?;
-        let reply = self.inner.transport.execute(op).await;
-        Ok(self.inner.protocol.parse_status(reply)?)
+        let mut nodes = self.node_status(name).await?;
+        match self.inner.protocol {
+            Protocol::Redlock { .. } => Ok(dlock_core::redlock::merge_status(&nodes)?),
+            _ => Ok(nodes.pop().expect("one status request")?),
+        }
+    }
+
+    /// The status of `name` on each node, in the URL's order: one entry, or one per Redlock
+    /// node (a node that cannot answer gives its error).
+    pub async fn node_status(
+        &self,
+        name: &str,
+    ) -> Result<Vec<Result<LockStatus, dlock_core::Error>>, Error> {
+        let ops = self.inner.protocol.status_requests(name)?;
+        // A node that is down may not fail the request at all: give it the request timeout.
+        let replies = futures_util::future::join_all(ops.into_iter().map(|op| {
+            let reply = self.inner.transport.execute(op);
+            async move {
+                tokio::time::timeout(self.inner.request_timeout, reply)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(dlock_core::TransportError::Unavailable(
+                            "no reply within the request timeout".into(),
+                        ))
+                    })
+            }
+        }))
+        .await;
+        Ok(replies
+            .into_iter()
+            .map(|reply| self.inner.protocol.parse_status(reply))
+            .collect())
     }
 
     /// Fencing at the resource, in one call: stores `value` in the Redis hash `resource`
     /// (fields `value` and `fence`) only if `token` — the fencing token of the lock that
     /// guards it — is at least the highest token stored there before. A holder that lost its
     /// lock without knowing gets [`FencedWrite::Stale`] and changes nothing. Redis and
-    /// memory:// only; the protocol is in docs/PROTOCOL.md (fenced writes).
+    /// memory:// only (not zk:// or redlock://, whose resource has no one Redis to live in);
+    /// the protocol is in docs/PROTOCOL.md (fenced writes).
     pub async fn fenced_write(
         &self,
         resource: &str,
         token: u64,
         value: &str,
     ) -> Result<FencedWrite, Error> {
-        if matches!(self.inner.protocol, Protocol::ZooKeeper(_)) {
+        if matches!(
+            self.inner.protocol,
+            Protocol::ZooKeeper(_) | Protocol::Redlock { .. }
+        ) {
             return Err(Error::Unsupported(
-                "fenced writes store the resource in Redis: use a redis:// client for it".into(),
+                "fenced writes store the resource in one Redis: use a redis:// client for it"
+                    .into(),
             ));
         }
         dlock_core::check_name(resource)?;

@@ -222,6 +222,18 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
                 }
                 Protocol::ZooKeeper(zk)
             }
+            "redlock" => {
+                let nodes = p.get("nodes");
+                match u32::try_from(nodes.u64()?) {
+                    Ok(n) if (1..=dlock_core::redlock::MAX_NODES).contains(&n) => {
+                        Protocol::Redlock { nodes: n }
+                    }
+                    _ => {
+                        let max = dlock_core::redlock::MAX_NODES;
+                        return nodes.fail(format!("expected 1 to {max} nodes"));
+                    }
+                }
+            }
             other => return p.get("type").fail(format!("unknown protocol {other:?}")),
         };
     }
@@ -236,6 +248,7 @@ pub fn config_to_json(config: &Config) -> Json {
             "root": zk.root,
             "session_timeout_ms": ms(zk.session_timeout),
         }),
+        Protocol::Redlock { nodes } => json!({ "type": "redlock", "nodes": nodes }),
     };
     json!({
         "client_id": format!("{:032x}", config.client_id.0),
@@ -442,9 +455,14 @@ pub fn input_to_json(input: &Input) -> Json {
 
 /// A backend operation as JSON: `eval` (script name, keys, args), `subscribe`, or one of the
 /// ZooKeeper operations (`create-parents`, `create-sequential`, `delete`, `children`,
-/// `watch`, `exists`).
+/// `watch`, `exists`). A Redlock operation is its Redis operation with the `node` it goes to.
 pub fn op_to_json(op: &Op) -> Json {
     match op {
+        Op::Redlock { node, op } => {
+            let mut json = op_to_json(&Op::Redis(op.clone()));
+            json["node"] = json!(node);
+            json
+        }
         Op::Redis(RedisOp::Eval { script, keys, args }) => {
             json!({ "type": "eval", "script": script.name(), "keys": keys, "args": args })
         }

@@ -315,12 +315,6 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
         );
         assert!(err.is_misuse());
     }
-    for url in ["redlock://127.0.0.1:1,127.0.0.1:2"] {
-        assert!(
-            matches!(connect(url).await.unwrap_err(), Error::Unsupported(_)),
-            "{url}"
-        );
-    }
     let closed = format!("redis://127.0.0.1:{}", dlock_testkit::free_port());
     let err = connect(&closed).await.unwrap_err();
     assert!(

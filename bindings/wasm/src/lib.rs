@@ -28,7 +28,7 @@ use bindings::exports::dlock::lock::engine::{
     Config, Guest, GuestMachine, Input, Machine as MachineHandle, Output, Protocol, Reply,
 };
 use bindings::exports::dlock::lock::transport::{
-    Eval, Message, Notice, Op, RedisNode, RedisOp as WitOp, Request, Response, Script,
+    Eval, Message, NodeOp, Notice, Op, RedisNode, RedisOp as WitOp, Request, Response, Script,
     TransportError, ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
@@ -66,6 +66,7 @@ impl GuestMachine for Machine {
                 root: z.root,
                 session_timeout: Duration::from_nanos(z.session_timeout),
             }),
+            Protocol::Redlock(nodes) => core_::Protocol::Redlock { nodes },
         };
         let engine = core_::Engine::new(c, core_::Instant::from_nanos(now)).map_err(error)?;
         Ok(MachineHandle::new(Machine {
@@ -198,12 +199,17 @@ fn core_script(s: Script) -> CoreScript {
         Script::Dequeue => CoreScript::Dequeue,
         Script::Extend => CoreScript::Extend,
         Script::Status => CoreScript::Status,
+        Script::Raise => CoreScript::Raise,
     }
 }
 
 fn op(op: core_::Op) -> Op {
     match op {
         core_::Op::Redis(op) => Op::Redis(redis_op(op)),
+        core_::Op::Redlock { node, op } => Op::Redlock(NodeOp {
+            node,
+            op: redis_op(op),
+        }),
         core_::Op::Zk(op) => Op::Zk(match op {
             CoreZkOp::CreateParents { path } => ZkOp::CreateParents(path),
             CoreZkOp::CreateSequential { prefix } => ZkOp::CreateSequential(prefix),
@@ -224,6 +230,7 @@ fn redis_op(op: RedisOp) -> WitOp {
                 CoreScript::Dequeue => Script::Dequeue,
                 CoreScript::Extend => Script::Extend,
                 CoreScript::Status => Script::Status,
+                CoreScript::Raise => Script::Raise,
             },
             keys,
             args,

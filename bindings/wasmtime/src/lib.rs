@@ -31,8 +31,8 @@ use bindings::exports::dlock::lock::engine::{
     Config as WitConfig, Input, Output, Protocol, Reply, ZkSettings,
 };
 use bindings::exports::dlock::lock::transport::{
-    Message, Notice, Op, RedisNode, RedisOp as WitOp, Response, Script, TransportError, ZkOp,
-    ZkReply,
+    Message, NodeOp, Notice, Op, RedisNode, RedisOp as WitOp, Response, Script, TransportError,
+    ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
     Acquire, Command, Error as WitError, Event, Extend, LostReason, NotAcquired, Release, Wait,
@@ -135,6 +135,7 @@ impl WasmComponent {
                     root: z.root.clone(),
                     session_timeout: nanos(z.session_timeout),
                 }),
+                dlock_core::Protocol::Redlock { nodes } => Protocol::Redlock(*nodes),
             },
         };
         let handle = instance
@@ -314,6 +315,24 @@ fn flatten(value: Value, nodes: &mut Vec<RedisNode>) {
 
 // --- WIT → dlock-core (outputs) ---
 
+fn redis_op(op: WitOp) -> RedisOp {
+    match op {
+        WitOp::Eval(e) => RedisOp::Eval {
+            script: match e.script {
+                Script::Acquire => CoreScript::Acquire,
+                Script::Release => CoreScript::Release,
+                Script::Dequeue => CoreScript::Dequeue,
+                Script::Extend => CoreScript::Extend,
+                Script::Status => CoreScript::Status,
+                Script::Raise => CoreScript::Raise,
+            },
+            keys: e.keys,
+            args: e.args,
+        },
+        WitOp::Subscribe(channel) => RedisOp::Subscribe { channel },
+    }
+}
+
 fn from_wit(output: Output) -> dlock_core::Output {
     use dlock_core::{HoldId, OpId};
     match output {
@@ -328,20 +347,11 @@ fn from_wit(output: Output) -> dlock_core::Output {
                     ZkOp::Watch(path) => CoreZkOp::Watch { path },
                     ZkOp::Exists(path) => CoreZkOp::Exists { path },
                 }),
-                Op::Redis(WitOp::Eval(e)) => dlock_core::Op::Redis(RedisOp::Eval {
-                    script: match e.script {
-                        Script::Acquire => CoreScript::Acquire,
-                        Script::Release => CoreScript::Release,
-                        Script::Dequeue => CoreScript::Dequeue,
-                        Script::Extend => CoreScript::Extend,
-                        Script::Status => CoreScript::Status,
-                    },
-                    keys: e.keys,
-                    args: e.args,
-                }),
-                Op::Redis(WitOp::Subscribe(channel)) => {
-                    dlock_core::Op::Redis(RedisOp::Subscribe { channel })
-                }
+                Op::Redis(op) => dlock_core::Op::Redis(redis_op(op)),
+                Op::Redlock(NodeOp { node, op }) => dlock_core::Op::Redlock {
+                    node,
+                    op: redis_op(op),
+                },
             },
         }),
         Output::Event(e) => dlock_core::Output::Event(match e {

@@ -27,6 +27,8 @@ const SUBJECT: usize = 0;
 
 enum Server {
     Redis(RedisStore),
+    /// Independent servers, one per Redlock node.
+    Redlock(Vec<RedisStore>),
     Zk {
         store: ZkStore,
         sessions: Vec<SessionId>,
@@ -82,6 +84,9 @@ impl Bed {
         configs.extend((0..ghosts).map(|g| config(2 + g as u128, &subject.protocol)));
         let server = match subject.protocol {
             Protocol::Redis => Server::Redis(RedisStore::new()),
+            Protocol::Redlock { nodes } => {
+                Server::Redlock((0..nodes).map(|_| RedisStore::new()).collect())
+            }
             Protocol::ZooKeeper(_) => {
                 let mut store = ZkStore::new();
                 let sessions = configs.iter().map(|_| store.open_session()).collect();
@@ -171,6 +176,13 @@ impl Bed {
                     Err(e) => Err(TransportError::Server(e)),
                 }
             }
+            (Server::Redlock(stores), Op::Redlock { node, op }) => match op {
+                RedisOp::Eval { script, keys, args } => stores[node as usize]
+                    .eval(now_ms, script, &keys, &args)
+                    .map(|outcome| Response::Redis(outcome.reply))
+                    .map_err(TransportError::Server),
+                RedisOp::Subscribe { .. } => Err(TransportError::Server("no pub/sub".into())),
+            },
             (Server::Zk { store, sessions }, Op::Zk(op)) => {
                 match store.execute(sessions[who], &op) {
                     Ok(outcome) => {

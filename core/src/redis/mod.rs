@@ -26,15 +26,18 @@ pub enum Script {
     Extend,
     /// Read only: who holds a lock, until when, and who waits.
     Status,
+    /// Redlock: record a tenure's fencing token on one node (raise the node's counter to it).
+    Raise,
 }
 
 impl Script {
-    pub const ALL: [Script; 5] = [
+    pub const ALL: [Script; 6] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
         Script::Extend,
         Script::Status,
+        Script::Raise,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -45,6 +48,7 @@ impl Script {
             Script::Dequeue => "dequeue",
             Script::Extend => "extend",
             Script::Status => "status",
+            Script::Raise => "raise",
         }
     }
 
@@ -56,6 +60,7 @@ impl Script {
             Script::Dequeue => include_str!("lua/dequeue.lua"),
             Script::Extend => include_str!("lua/extend.lua"),
             Script::Status => include_str!("lua/status.lua"),
+            Script::Raise => include_str!("lua/raise.lua"),
         };
         let mut source = String::with_capacity(PRELUDE.len() + body.len());
         source.push_str(PRELUDE);
@@ -286,6 +291,16 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
     }
 }
 
+/// RAISE (Redlock) on one node: record `fencing_token` as the tenure's token there and raise
+/// the node's counter to it, if `token` still owns the lock on that node.
+pub fn raise(keys: &LockKeys, token: &str, fencing_token: u64) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::Raise,
+        keys: vec![keys.lock.clone(), keys.fence.clone()],
+        args: vec![token.to_owned(), fencing_token.to_string()],
+    }
+}
+
 /// STATUS for one lock.
 pub fn status(keys: &LockKeys) -> RedisOp {
     RedisOp::Eval {
@@ -417,6 +432,15 @@ pub fn parse_release(v: &Value) -> Result<ReleaseReply, Error> {
         [2, 0 | 1] => ReleaseReply::Freed,
         _ => return Err(malformed(Script::Release, v)),
     })
+}
+
+/// A RAISE reply: whether the token was recorded (the lock was still ours on that node).
+pub fn parse_raise(v: &Value) -> Result<bool, Error> {
+    match v {
+        Value::Int(1) => Ok(true),
+        Value::Int(0) => Ok(false),
+        _ => Err(malformed(Script::Raise, v)),
+    }
 }
 
 /// One flag per lock of the batch: still ours and extended.

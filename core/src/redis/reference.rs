@@ -65,6 +65,7 @@ impl Store {
             Script::Dequeue => self.dequeue(keys, args),
             Script::Extend => self.extend(keys, args),
             Script::Status => self.status(keys),
+            Script::Raise => self.raise(keys, args),
         }?;
         Ok(Outcome {
             reply,
@@ -332,6 +333,23 @@ impl Store {
         Ok(1)
     }
 
+    fn raise(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence] = match keys {
+            [a, b] => [a, b],
+            _ => return Err(format!("ERR expected 2 keys, got {}", keys.len())),
+        };
+        let [token, fencing] = args_n::<2>(args)?;
+        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(Value::Int(0));
+        }
+        let current = self.get(fence)?.map_or(Ok(0), |v| int(&v))?;
+        if current < int(fencing)? {
+            self.set(fence, fencing);
+        }
+        self.hset(lock, &[("fence", fencing.clone())])?;
+        Ok(Value::Int(1))
+    }
+
     fn next_token(&mut self, fence: &str, now: u64) -> Result<i64, String> {
         let token = self.incr(fence)?;
         let floor = i64::try_from(now).map_or(i64::MAX, |ms| ms.saturating_mul(1000));
@@ -415,6 +433,17 @@ impl Store {
             }
         }
         Ok(next)
+    }
+
+    /// `SET key value`: a string without expiry, whatever the key held before.
+    fn set(&mut self, key: &str, value: &str) {
+        self.keys.insert(
+            key.to_owned(),
+            Entry {
+                data: Data::Str(value.to_owned()),
+                expires_at: None,
+            },
+        );
     }
 
     fn get(&mut self, key: &str) -> Result<Option<String>, String> {

@@ -25,6 +25,9 @@ pub(crate) enum Backend {
     /// `redis-cluster://[user:password@]host:port[,host:port…]`: the seed nodes of a Redis
     /// Cluster, each as a `redis://` URL.
     RedisCluster(Vec<String>),
+    /// `redlock://[user:password@]host:port,host:port…`: independent Redis servers, each as
+    /// a `redis://` URL, locked by majority (Redlock).
+    Redlock(Vec<String>),
     /// `memory://[name]`: an in-process server shared by the clients of this process that use
     /// the same name.
     Memory(String),
@@ -64,20 +67,33 @@ impl Backend {
                 Ok(Backend::Redis(url.to_owned()))
             }
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(url, rest)?)),
-            "redis-cluster" => cluster_nodes(url, rest).map(Backend::RedisCluster),
-            "redlock" => Err(Error::Unsupported(format!(
-                "{url:?}: the {scheme}:// backend is not available yet"
-            ))),
+            "redis-cluster" => node_urls(url, rest).map(Backend::RedisCluster),
+            "redlock" => {
+                let nodes = node_urls(url, rest)?;
+                let distinct: std::collections::BTreeSet<&String> = nodes.iter().collect();
+                if distinct.len() < nodes.len() {
+                    return Err(Error::InvalidUrl(format!(
+                        "{url:?} names a node twice: a majority must be of distinct servers"
+                    )));
+                }
+                if nodes.len() > dlock_core::redlock::MAX_NODES as usize {
+                    return Err(Error::InvalidUrl(format!(
+                        "{url:?}: at most {} nodes",
+                        dlock_core::redlock::MAX_NODES
+                    )));
+                }
+                Ok(Backend::Redlock(nodes))
+            }
             other => Err(Error::Unsupported(format!(
-                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, redis-cluster://, zk:// or memory://)"
+                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, redis-cluster://, redlock://, zk:// or memory://)"
             ))),
         }
     }
 }
 
-/// The seed nodes of `redis-cluster://[user:password@]host:port[,host:port…]` as `redis://`
-/// URLs. A cluster has no databases, so no path.
-fn cluster_nodes(url: &str, rest: &str) -> Result<Vec<String>, Error> {
+/// The nodes of `redis-cluster://` or `redlock://[user:password@]host:port[,host:port…]` as
+/// `redis://` URLs. No path: a cluster has only database 0, and Redlock nodes use theirs.
+fn node_urls(url: &str, rest: &str) -> Result<Vec<String>, Error> {
     use ::redis::IntoConnectionInfo;
     let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}"));
     let (auth, hosts) = match rest.rsplit_once('@') {
@@ -85,9 +101,7 @@ fn cluster_nodes(url: &str, rest: &str) -> Result<Vec<String>, Error> {
         None => (String::new(), rest),
     };
     if hosts.contains('/') || hosts.contains('?') {
-        return Err(bad(
-            "a cluster URL takes no path or query (Redis Cluster has only database 0)",
-        ));
+        return Err(bad("takes no path or query, only host:port[,host:port…]"));
     }
     hosts
         .split(',')
@@ -113,6 +127,7 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Reply> + Send>>;
 #[derive(Debug, Clone)]
 pub(crate) enum Transport {
     Redis(redis::RedisTransport),
+    Redlock(redis::RedlockTransport),
     Memory(memory::MemoryTransport),
     Zk(zk::ZkTransport),
 }
@@ -133,6 +148,12 @@ impl Transport {
                 Transport::Redis(redis::RedisTransport::connect_cluster(nodes, inbox).await?),
                 Protocol::Redis,
             ),
+            Backend::Redlock(nodes) => (
+                Transport::Redlock(redis::RedlockTransport::connect(nodes).await?),
+                Protocol::Redlock {
+                    nodes: nodes.len() as u32,
+                },
+            ),
             Backend::Memory(name) => (
                 Transport::Memory(memory::MemoryTransport::connect(name, inbox)),
                 Protocol::Redis,
@@ -149,6 +170,7 @@ impl Transport {
     pub(crate) fn execute(&self, op: Op) -> Pending {
         match (self, op) {
             (Transport::Redis(t), Op::Redis(op)) => t.execute(op),
+            (Transport::Redlock(t), Op::Redlock { node, op }) => t.execute(node, op),
             (Transport::Memory(t), Op::Redis(op)) => t.execute(op),
             (Transport::Zk(t), Op::Zk(op)) => t.execute(op),
             (_, op) => {
@@ -164,9 +186,11 @@ impl Transport {
         match self {
             Transport::Redis(t) => t.fenced_write(resource, token, value),
             Transport::Memory(t) => t.fenced_write(resource, token, value),
-            Transport::Zk(_) => {
-                Box::pin(async { Err(TransportError::Server("fenced writes run on Redis".into())) })
-            }
+            Transport::Zk(_) | Transport::Redlock(_) => Box::pin(async {
+                Err(TransportError::Server(
+                    "fenced writes run on one Redis".into(),
+                ))
+            }),
         }
     }
 
@@ -174,6 +198,7 @@ impl Transport {
     pub(crate) fn close(&self) {
         match self {
             Transport::Redis(t) => t.close(),
+            Transport::Redlock(t) => t.close(),
             Transport::Memory(t) => t.close(),
             Transport::Zk(t) => t.close(),
         }

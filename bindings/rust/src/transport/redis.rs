@@ -6,10 +6,14 @@
 //! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
 //! ASK. Wake-ups are classic PUBLISH, which a cluster broadcasts to every node, so the pub/sub
 //! connection goes to any one seed node, and to the next one when it is lost.
+//!
+//! `redlock://`: one self-reconnecting connection per independent server, no pub/sub. A node
+//! that is down when the client starts is connected in the background; until then its
+//! requests fail at once, which the engine counts as that node's "no".
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock_core::redis::{RedisOp, Script, Value};
@@ -66,21 +70,7 @@ impl RedisTransport {
     ) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl(e.to_string()))?;
         let fail = |e: String| Error::Connect(format!("{url}: {e}"));
-        // A first connection and PING prove the server answers and takes our credentials
-        // (the connection manager below would retry a refused login forever).
-        let probe = client.get_multiplexed_async_connection();
-        ping(probe).await.map_err(fail)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            // The engine times requests out itself.
-            .set_response_timeout(None)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(usize::MAX);
-        let con = client
-            .get_connection_manager_with_config(config)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        let con = manager(&client).await.map_err(fail)?;
         Self::start(Connection::Single(con), vec![client], inbox)
             .await
             .map_err(fail)
@@ -131,13 +121,9 @@ impl RedisTransport {
         let first = first.ok_or(error)?;
         let (subscribe, requests) = mpsc::unbounded_channel();
         let task = tokio::spawn(pubsub_loop(pubsub_nodes, first, requests, inbox));
-        let scripts = Script::ALL
-            .iter()
-            .map(|s| (*s, redis::Script::new(&s.source())))
-            .collect();
         Ok(Self {
             con,
-            scripts: Arc::new(scripts),
+            scripts: scripts(),
             fenced_write: Arc::new(redis::Script::new(dlock_core::redis::FENCED_WRITE)),
             subscribe,
             pubsub: Arc::new(task.abort_handle()),
@@ -147,18 +133,7 @@ impl RedisTransport {
     pub(crate) fn execute(&self, op: RedisOp) -> Pending {
         match op {
             RedisOp::Eval { script, keys, args } => {
-                let mut con = self.con.clone();
-                let scripts = self.scripts.clone();
-                Box::pin(async move {
-                    let mut call = scripts[&script].prepare_invoke();
-                    for key in &keys {
-                        call.key(key);
-                    }
-                    for arg in &args {
-                        call.arg(arg);
-                    }
-                    con.invoke(call).await
-                })
+                eval(self.con.clone(), &self.scripts, script, keys, args)
             }
             RedisOp::Subscribe { channel } => {
                 let (tx, rx) = oneshot::channel();
@@ -189,6 +164,178 @@ impl RedisTransport {
 
     pub(crate) fn close(&self) {
         self.pubsub.abort();
+    }
+}
+
+/// Runs a protocol script on `con`.
+fn eval(
+    mut con: Connection,
+    scripts: &Arc<BTreeMap<Script, redis::Script>>,
+    script: Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> Pending {
+    let scripts = scripts.clone();
+    Box::pin(async move {
+        let mut call = scripts[&script].prepare_invoke();
+        for key in &keys {
+            call.key(key);
+        }
+        for arg in &args {
+            call.arg(arg);
+        }
+        con.invoke(call).await
+    })
+}
+
+fn scripts() -> Arc<BTreeMap<Script, redis::Script>> {
+    Arc::new(
+        Script::ALL
+            .iter()
+            .map(|s| (*s, redis::Script::new(&s.source())))
+            .collect(),
+    )
+}
+
+/// A self-reconnecting connection to one server. A first connection and PING prove the
+/// server answers and takes our credentials (the connection manager would retry a refused
+/// login forever).
+async fn manager(client: &redis::Client) -> Result<ConnectionManager, String> {
+    ping(client.get_multiplexed_async_connection()).await?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        // The engine times requests out itself.
+        .set_response_timeout(None)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_secs(2))
+        .set_number_of_retries(usize::MAX);
+    client
+        .get_connection_manager_with_config(config)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// `redlock://`: a connection to each independent server, by index.
+#[derive(Clone)]
+pub(crate) struct RedlockTransport {
+    nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>>,
+    scripts: Arc<BTreeMap<Script, redis::Script>>,
+    links: Arc<Vec<tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for RedlockTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockTransport").finish_non_exhaustive()
+    }
+}
+
+impl RedlockTransport {
+    /// Connects to every node (`redis://` URLs) and returns once each has answered or failed
+    /// once, if a majority answered; nodes that failed keep being tried in the background.
+    /// Fails if no majority answers within 5 s.
+    pub(crate) async fn connect(urls: &[String]) -> Result<Self, Error> {
+        let clients = urls
+            .iter()
+            .map(|u| redis::Client::open(u.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+        let nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>> =
+            Arc::new(urls.iter().map(|u| (u.clone(), OnceLock::new())).collect());
+        // Each node reports its first try, then keeps trying until it is up.
+        let (tried_tx, mut tried) = mpsc::unbounded_channel();
+        let errors = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let links = clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, client)| {
+                let (nodes, tried_tx, errors) = (nodes.clone(), tried_tx.clone(), errors.clone());
+                tokio::spawn(async move {
+                    let mut backoff = Duration::from_millis(50);
+                    loop {
+                        match manager(&client).await {
+                            Ok(con) => {
+                                let _ = nodes[i].1.set(con);
+                                let _ = tried_tx.send(());
+                                return;
+                            }
+                            Err(e) => {
+                                errors.lock().expect("errors").insert(i, e);
+                                let _ = tried_tx.send(());
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(2));
+                            }
+                        }
+                    }
+                })
+                .abort_handle()
+            })
+            .collect();
+        let transport = Self {
+            nodes,
+            scripts: scripts(),
+            links: Arc::new(links),
+        };
+        let quorum = dlock_core::redlock::quorum(urls.len() as u32) as usize;
+        let up = || {
+            transport
+                .nodes
+                .iter()
+                .filter(|(_, c)| c.get().is_some())
+                .count()
+        };
+        let settled = async {
+            // Until every node has had its first try, or (later) a majority is up.
+            let mut tries = 0;
+            while tries < urls.len() || up() < quorum {
+                tried.recv().await;
+                tries += 1;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), settled).await;
+        if up() < quorum {
+            transport.close();
+            let down: Vec<String> = errors
+                .lock()
+                .expect("errors")
+                .iter()
+                .filter(|(i, _)| transport.nodes[**i].1.get().is_none())
+                .map(|(i, e)| format!("{}: {e}", urls[*i]))
+                .collect();
+            return Err(Error::Connect(format!(
+                "redlock: no majority of {} nodes answered within 5 s ({})",
+                urls.len(),
+                down.join("; ")
+            )));
+        }
+        Ok(transport)
+    }
+
+    pub(crate) fn execute(&self, node: u32, op: RedisOp) -> Pending {
+        let failed = |e: TransportError| -> Pending { Box::pin(async move { Err(e) }) };
+        let Some((url, con)) = self.nodes.get(node as usize) else {
+            return failed(TransportError::Server(format!("no Redlock node {node}")));
+        };
+        match (con.get(), op) {
+            (Some(con), RedisOp::Eval { script, keys, args }) => eval(
+                Connection::Single(con.clone()),
+                &self.scripts,
+                script,
+                keys,
+                args,
+            ),
+            (None, _) => failed(TransportError::Unavailable(format!(
+                "{url}: not connected yet"
+            ))),
+            (_, op) => failed(TransportError::Server(format!(
+                "{op:?}: Redlock has no pub/sub"
+            ))),
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        for link in self.links.iter() {
+            link.abort();
+        }
     }
 }
 
