@@ -114,6 +114,10 @@ simulate seeds="2000":
 bench-many n="10000":
     cargo run --quiet --release -p dlock-bench --bin many -- {{n}}
 
+# Acquire + release latency on Redlock over 3 and 5 redis-servers next to one Redis.
+bench-redlock:
+    cargo run --quiet --release -p dlock-bench --bin redlock
+
 # Every library side by side against one redis-server and one ZooKeeper it starts (release
 # builds): dlock from Rust, Wasm, Python and Node next to redis-py, python-redis-lock, pottery,
 # node-redlock, rslock, Redisson, kazoo and Curator. Peers go into target/bench-venv,

@@ -55,7 +55,7 @@ export interface LockStatus {
   waiters: string[]
 }
 
-/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `zk://host:port[,host:port…][/chroot]` or `memory://[name]`. */
+/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `redlock://host:port,host:port[,…]`, `zk://host:port[,host:port…][/chroot]` or `memory://[name]`. */
 export declare function connect(url: string, options?: ConnectOptions): Promise<Client>
 
 export declare class Client {

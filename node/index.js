@@ -47,7 +47,7 @@ function redact(url) {
 
 let nextOwner = 1
 
-/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `zk://…` or `memory://[name]`. */
+/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `redlock://host:port,host:port[,…]`, `zk://…` or `memory://[name]`. */
 async function connect(url, options = {}) {
   if (typeof url !== 'string') throw invalid('url must be a string')
   const { waiterLeaseMs = null, requestTimeoutMs = null, lockDelayMs = null } = options

@@ -12,19 +12,22 @@ fn every_vector_replays_on_the_native_engine() {
 #[test]
 fn protocol_doc_counts_the_vectors() {
     let files = dlock_contract::files();
-    let zk = files
-        .iter()
-        .filter(|f| {
-            f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("zookeeper-"))
-        })
-        .count();
+    let count = |prefix: &str| {
+        files
+            .iter()
+            .filter(|f| {
+                f.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .count()
+    };
+    let (zk, redlock) = (count("zookeeper-"), count("redlock-"));
     let doc = std::fs::read_to_string(dlock_contract::dir().join("../../docs/PROTOCOL.md"))
         .expect("docs/PROTOCOL.md");
     let claim = format!(
-        "are {} conversations of one engine ({} on Redis, {zk} on\nZooKeeper)",
+        "are {} conversations of one engine ({} on Redis, {zk} on\nZooKeeper, {redlock} on Redlock over three nodes)",
         files.len(),
-        files.len() - zk
+        files.len() - zk - redlock
     );
     assert!(
         doc.contains(&claim),

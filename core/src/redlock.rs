@@ -179,8 +179,9 @@ enum RoundKind {
 struct Item {
     seq: u64,
     lease: Duration,
-    /// Nodes that said yes (extended, freed), that said the lock is not ours, or failed.
+    /// Nodes that said yes (extended, freed).
     yes: u32,
+    /// Nodes that said the lock is not ours.
     refused: u32,
     settled: bool,
 }
@@ -431,9 +432,11 @@ impl Machine {
         let token = redis::owner_token(self.client_id, round);
         let Some(a) = self.attempt_mut(seq, round) else {
             // An attempt that has ended: give back what it got, unless it won the tenure.
-            if matches!(answer, Answer::Granted(_))
-                && !matches!(self.tenures.get(&seq), Some(t @ Tenure { state: State::Held(_), .. }) if t.token == token)
-            {
+            let won = self
+                .tenures
+                .get(&seq)
+                .is_some_and(|t| t.token == token && matches!(t.state, State::Held(_)));
+            if matches!(answer, Answer::Granted(_)) && !won {
                 self.give_back_on(seq, node, &token);
             }
             return;

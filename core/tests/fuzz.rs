@@ -171,8 +171,12 @@ fn setting(rng: &mut Rng) -> Duration {
 }
 
 fn engine_config(rng: &mut Rng) -> Config {
-    let protocol = if rng.chance(500) {
+    let protocol = if rng.chance(400) {
         Protocol::Redis
+    } else if rng.chance(300) {
+        // Mostly 3 or 5 nodes, sometimes none or too many.
+        let nodes = [3, 5, 1, 0, 256][rng.below(5) as usize];
+        Protocol::Redlock { nodes }
     } else {
         let mut zk = ZkSettings::new(setting(rng));
         if rng.chance(100) {
@@ -200,7 +204,7 @@ fn fuzz_engine_inputs() {
     for seed in execs(3_000) {
         let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0xF022);
         let config = engine_config(&mut rng);
-        let is_redis = config.protocol == Protocol::Redis;
+        let is_redis = matches!(config.protocol, Protocol::Redis | Protocol::Redlock { .. });
         let mut now = Instant::from_nanos(rng.below(1 << 40));
         let mut engine = match Engine::new(config, now) {
             Ok(e) => e,
@@ -337,12 +341,13 @@ fn pick_hold(rng: &mut Rng, ledger: &Ledger) -> u64 {
 #[test]
 fn fuzz_reply_decoding() {
     let zk = Protocol::ZooKeeper(ZkSettings::new(Duration::from_secs(6)));
+    let redlock = Protocol::Redlock { nodes: 3 };
     let mut decoded = 0u64;
     for seed in execs(20_000) {
         let mut rng = Rng(seed ^ 0xDEC0DE);
         let v = value(&mut rng, 0);
         let _ = redis::parse_status(&v);
-        for protocol in [&Protocol::Redis, &zk] {
+        for protocol in [&Protocol::Redis, &zk, &redlock] {
             let reply = match rng.below(3) {
                 0 => Ok(Response::Redis(v.clone())),
                 1 => Ok(Response::Zk(zk_reply(&mut rng, None, &[]))),
@@ -363,6 +368,7 @@ fn fuzz_reply_decoding() {
         let text = String::from_utf8_lossy(&payload);
         let _ = zk::parse_child(&text);
         let _ = redis::token_seq(ClientId(1), &text);
+        let _ = redis::parse_raise(&v);
         decoded += 1;
     }
     println!("fuzz reply decoding: {decoded} inputs, 0 panics");

@@ -98,6 +98,7 @@ def connect(
     lock_delay: Optional[float] = None,
 ) -> "Client":
     """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
+    ``redlock://host:port,host:port[,…]`` (independent servers, locked by majority),
     ``zk://host:port[,host:port…][/chroot]`` or ``memory://[name]``.
 
     ``waiter_lease`` (seconds, Redis only, default 3): how long a queued waiter keeps its place

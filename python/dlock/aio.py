@@ -70,7 +70,7 @@ async def connect(
     request_timeout: Optional[float] = None,
     lock_delay: Optional[float] = None,
 ) -> "AsyncClient":
-    """Connects to ``redis://…``, ``rediss://…``, ``redis-cluster://…``, ``zk://…`` or ``memory://[name]``."""
+    """Connects to ``redis://…``, ``rediss://…``, ``redis-cluster://…``, ``redlock://…``, ``zk://…`` or ``memory://[name]``."""
     native = await _call(lambda done: NativeClient.connect_async(url, done, waiter_lease, request_timeout, lock_delay))
     return AsyncClient(native, url)
 

@@ -127,6 +127,32 @@ def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
     cluster.stop()
 
 
+class Redlock:
+    """Independent redis-servers (no replication, no persistence) for a redlock:// URL."""
+
+    def __init__(self, directory: Path, nodes: int = 3) -> None:
+        self.nodes: List[RedisServer] = []
+        for i in range(nodes):
+            node_dir = directory / f"node{i}"
+            node_dir.mkdir()
+            self.nodes.append(RedisServer(node_dir, []))
+
+    @property
+    def url(self) -> str:
+        return "redlock://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture
+def redlock(tmp_path: Path) -> Iterator[Redlock]:
+    servers = Redlock(tmp_path)
+    yield servers
+    servers.stop()
+
+
 class ZooKeeperServer:
     """A standalone ZooKeeper (Debian's package, run with the JVM) on a free loopback port."""
 

@@ -342,6 +342,15 @@ impl Bed {
         self
     }
 
+    /// Restarts Redlock node `node` without persistence: its keys are gone.
+    fn wipe_node(&mut self, node: usize) -> &mut Self {
+        let Server::Redlock(stores) = &mut self.server else {
+            panic!("not Redlock")
+        };
+        stores[node] = RedisStore::new();
+        self
+    }
+
     /// Restarts the Redis server without persistence: every key is gone.
     fn wipe_redis(&mut self) -> &mut Self {
         self.server = Server::Redis(RedisStore::new());
@@ -800,6 +809,80 @@ fn redis_only() -> Vec<Json> {
     out
 }
 
+fn redlock(name: &'static str, about: &'static str) -> Bed {
+    Bed::new(name, about, Protocol::Redlock { nodes: 3 }, 1)
+}
+
+fn redlock_only() -> Vec<Json> {
+    let mut out = Vec::new();
+
+    let mut b = redlock(
+        "redlock-acquire-release",
+        "Redlock over 3 nodes: ACQUIRE try goes to every node; a majority grants the lock (counters alike: no RAISE); reentry is counted locally; the last release goes to every node.",
+    );
+    b.command(try_lock(1, "jobs"));
+    let hold = b.hold(1);
+    b.command(try_lock(2, "jobs"))
+        .command(release(3, hold))
+        .command(release(4, hold));
+    out.push(b.finish());
+
+    let mut b = redlock(
+        "redlock-busy",
+        "Another client holds the lock on every node: the try-acquire ends busy and gives back nothing it got (RELEASE to every node).",
+    );
+    b.ghost(1, try_lock(1, "jobs")).command(try_lock(1, "jobs"));
+    out.push(b.finish());
+
+    let mut b = redlock(
+        "redlock-raise",
+        "One node answers with a counter ahead of the others: it is the tenure's token, and RAISE records it on the nodes behind until a majority carries it.",
+    );
+    b.by_hand().command(try_lock(1, "jobs"));
+    b.answer(redis_value(Value::Array(vec![
+        Value::Int(1),
+        Value::Int(9_000_000_000_000_000),
+        Value::Int(1),
+    ])));
+    b.flush();
+    out.push(b.finish());
+
+    let mut b = redlock(
+        "redlock-node-down",
+        "One of three nodes fails every request: acquire, renewals and release go on with the other two.",
+    );
+    b.by_hand().command(acquire(1, "jobs", 1, 3_000, Wait::No));
+    b.answer(unavailable()).pass().pass();
+    b.advance(1_100);
+    b.answer(unavailable()).pass().pass();
+    let hold = b.hold(1);
+    b.command(release(2, hold));
+    b.answer(unavailable()).flush();
+    out.push(b.finish());
+
+    let mut b = redlock(
+        "redlock-wait-backoff",
+        "A waiter that finds no majority gives back what it got, backs off for a random while (drawn from the client id) and tries again with a new owner token until the holder lets go.",
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(acquire(1, "jobs", 1, 3_000, Wait::Forever))
+        .advance(30);
+    b.ghost(1, release(2, HoldId(1))).advance(300);
+    out.push(b.finish());
+
+    let mut b = redlock(
+        "redlock-majority-lost",
+        "Two of three nodes restart empty: the next renewal is refused by a majority and the hold is lost (not-owner) at once.",
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .wipe_node(0)
+        .wipe_node(1)
+        .advance(1_100);
+    out.push(b.finish());
+
+    out
+}
+
 fn zk_only() -> Vec<Json> {
     let mut out = Vec::new();
 
@@ -936,6 +1019,7 @@ fn main() {
     vectors.extend(redis_only());
     vectors.extend(common("zookeeper", &zookeeper()));
     vectors.extend(zk_only());
+    vectors.extend(redlock_only());
     for old in dlock_contract::files() {
         std::fs::remove_file(old).expect("removable");
     }
@@ -945,18 +1029,17 @@ fn main() {
         let text = serde_json::to_string_pretty(v).expect("serialisable") + "\n";
         std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
-    let zk = vectors
-        .iter()
-        .filter(|v| {
-            v["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("zookeeper-"))
-        })
-        .count();
+    let count = |prefix: &str| {
+        vectors
+            .iter()
+            .filter(|v| v["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .count()
+    };
+    let (zk, redlock) = (count("zookeeper-"), count("redlock-"));
     println!(
-        "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper)",
+        "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper, {redlock} Redlock)",
         vectors.len(),
         dir.display(),
-        vectors.len() - zk
+        vectors.len() - zk - redlock
     );
 }
