@@ -66,6 +66,7 @@ mod engine;
 mod error;
 pub mod redis;
 pub mod redlock;
+mod tenures;
 mod time;
 mod timers;
 mod types;

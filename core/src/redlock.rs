@@ -24,6 +24,7 @@ use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{self, AcquireReply, LockKeys, LockStatus, Mode, RedisOp, ReleaseReply, Value};
+use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
@@ -90,24 +91,8 @@ pub fn merge_status(nodes: &[Result<LockStatus, Error>]) -> Result<LockStatus, E
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
-#[derive(Debug)]
-struct Tenure {
-    name: String,
-    owner: u64,
-    keys: LockKeys,
-    /// The owner token of the latest attempt (each attempt has its own, so that giving back
-    /// what a failed attempt got can never touch a later one), then of the tenure.
-    token: String,
-    lease: Duration,
-    max_hold: Option<Duration>,
-    state: State,
-}
-
-#[derive(Debug)]
-enum State {
-    Pending(Pending),
-    Held(Held),
-}
+type Tenure = tenures::Tenure<Pending>;
+type State = tenures::State<Pending>;
 
 #[derive(Debug)]
 struct Pending {
@@ -117,6 +102,12 @@ struct Pending {
     attempt: Option<Attempt>,
     /// Attempts that found no majority so far.
     tries: u32,
+}
+
+impl tenures::Pending for Pending {
+    fn op(&self) -> OpId {
+        self.op
+    }
 }
 
 /// One round of ACQUIREs on every node, then RAISEs until a majority carries the token.
@@ -147,14 +138,6 @@ struct Raising {
     carried: u32,
     /// RAISEs under way.
     under_way: u32,
-}
-
-#[derive(Debug)]
-struct Held {
-    fencing_token: u64,
-    count: u32,
-    valid_until: Instant,
-    renewing: bool,
 }
 
 /// A request to every node for some holds, settled per hold by a majority.
@@ -218,9 +201,7 @@ pub(crate) struct Machine {
     rng: u64,
     next_seq: u64,
     next_round: u64,
-    tenures: BTreeMap<u64, Tenure>,
-    slots: BTreeMap<(String, u64), u64>,
-    acquires: BTreeMap<OpId, u64>,
+    tenures: Tenures<Pending>,
     rounds: BTreeMap<u64, Round>,
 }
 
@@ -245,9 +226,7 @@ impl Machine {
             rng: (id as u64) ^ ((id >> 64) as u64),
             next_seq: 1,
             next_round: 1,
-            tenures: BTreeMap::new(),
-            slots: BTreeMap::new(),
-            acquires: BTreeMap::new(),
+            tenures: Tenures::new(),
             rounds: BTreeMap::new(),
         })
     }
@@ -283,10 +262,10 @@ impl Machine {
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
 
-        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
+        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
             let t = self
                 .tenures
-                .get_mut(&seq)
+                .get_mut(seq)
                 .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
             return match &mut t.state {
                 State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
@@ -317,7 +296,7 @@ impl Machine {
             seq,
             Tenure {
                 keys: LockKeys::new(&a.name),
-                name: a.name.clone(),
+                name: a.name,
                 owner: a.owner,
                 token: String::new(),
                 lease,
@@ -330,8 +309,6 @@ impl Machine {
                 }),
             },
         );
-        self.slots.insert((a.name, a.owner), seq);
-        self.acquires.insert(a.op, seq);
         if let Wait::Until(deadline) = wait {
             self.base.timers.set(Timer::WaitDeadline(seq), deadline);
         }
@@ -340,13 +317,10 @@ impl Machine {
     }
 
     fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(&hold.0)
-        else {
-            return Err(Error::NotHeld { hold });
-        };
+        let h = self
+            .tenures
+            .held_mut(hold.0)
+            .ok_or(Error::NotHeld { hold })?;
         h.count -= 1;
         if h.count > 0 {
             let count = h.count;
@@ -362,26 +336,17 @@ impl Machine {
 
     fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
         let lease = check_lease(lease)?;
-        let Some(
-            t @ Tenure {
-                state: State::Held(_),
-                ..
-            },
-        ) = self.tenures.get(&hold.0)
-        else {
+        if self.tenures.held(hold.0).is_none() {
             return Err(Error::NotHeld { hold });
-        };
-        let req = redis::extend([(
-            t.keys.lock.as_str(),
-            t.token.as_str(),
-            lease + self.lock_delay,
-        )]);
-        self.round(RoundKind::Extend { op }, vec![(hold.0, lease)], req);
+        }
+        let items = vec![(hold.0, lease)];
+        let req = self.tenures.extend(&items, self.lock_delay);
+        self.round(RoundKind::Extend { op }, items, req);
         Ok(())
     }
 
     fn cancel(&mut self, op: OpId) {
-        if let Some(&seq) = self.acquires.get(&op) {
+        if let Some(seq) = self.tenures.pending_op(op) {
             let reason = NotAcquired::Cancelled;
             self.abandon(seq, Event::NotAcquired { op, reason }, true);
         }
@@ -394,7 +359,7 @@ impl Machine {
         let round = self.next_round;
         self.next_round += 1;
         let nodes = self.nodes;
-        let Some(t) = self.tenures.get_mut(&seq) else {
+        let Some(t) = self.tenures.get_mut(seq) else {
             return;
         };
         let State::Pending(p) = &mut t.state else {
@@ -434,7 +399,7 @@ impl Machine {
             // An attempt that has ended: give back what it got, unless it won the tenure.
             let won = self
                 .tenures
-                .get(&seq)
+                .get(seq)
                 .is_some_and(|t| t.token == token && matches!(t.state, State::Held(_)));
             if matches!(answer, Answer::Granted(_)) && !won {
                 self.give_back_on(seq, node, &token);
@@ -481,7 +446,7 @@ impl Machine {
             state: State::Pending(p),
             lease,
             ..
-        }) = self.tenures.get_mut(&seq)
+        }) = self.tenures.get_mut(seq)
         else {
             return;
         };
@@ -542,7 +507,7 @@ impl Machine {
     }
 
     fn send_raise(&mut self, seq: u64, round: u64, node: u32, token: u64) {
-        let Some(t) = self.tenures.get(&seq) else {
+        let Some(t) = self.tenures.get(seq) else {
             return;
         };
         let op = redis::raise(&t.keys, &t.token, token);
@@ -552,10 +517,7 @@ impl Machine {
 
     /// An attempt found no majority: give back what it got, then end a try-acquire or back off.
     fn failed_attempt(&mut self, seq: u64, error: Option<Error>) {
-        let Some(t) = self.tenures.get_mut(&seq) else {
-            return;
-        };
-        let State::Pending(p) = &mut t.state else {
+        let Some(p) = self.tenures.pending_mut(seq) else {
             return;
         };
         let Some(a) = p.attempt.take() else { return };
@@ -599,13 +561,9 @@ impl Machine {
     }
 
     fn attempt_mut(&mut self, seq: u64, round: u64) -> Option<&mut Attempt> {
-        match self.tenures.get_mut(&seq) {
-            Some(Tenure {
-                state:
-                    State::Pending(Pending {
-                        attempt: Some(a), ..
-                    }),
-                ..
+        match self.tenures.pending_mut(seq) {
+            Some(Pending {
+                attempt: Some(a), ..
             }) if a.round == round => Some(a),
             _ => None,
         }
@@ -708,11 +666,7 @@ impl Machine {
         )));
         match (kind, outcome) {
             (RoundKind::Renew, outcome) => {
-                let Some(Tenure {
-                    state: State::Held(h),
-                    ..
-                }) = self.tenures.get_mut(&seq)
-                else {
+                let Some(h) = self.tenures.held_mut(seq) else {
                     return;
                 };
                 h.renewing = false;
@@ -727,7 +681,7 @@ impl Machine {
                 }
             }
             (RoundKind::Extend { op }, Outcome::Yes) => {
-                if let Some(t) = self.tenures.get_mut(&seq) {
+                if let Some(t) = self.tenures.get_mut(seq) {
                     t.lease = lease;
                 }
                 self.renewed(seq, sent, lease, false);
@@ -804,7 +758,7 @@ impl Machine {
                 if let Some(Tenure {
                     state: State::Pending(p),
                     ..
-                }) = self.tenures.get(&seq)
+                }) = self.tenures.get(seq)
                 {
                     let op = p.op;
                     let reason = NotAcquired::TimedOut;
@@ -812,11 +766,7 @@ impl Machine {
                 }
             }
             Timer::Refresh(seq) => {
-                if let Some(Tenure {
-                    state: State::Pending(Pending { attempt: None, .. }),
-                    ..
-                }) = self.tenures.get(&seq)
-                {
+                if let Some(Pending { attempt: None, .. }) = self.tenures.pending_mut(seq) {
                     self.attempt(seq);
                 }
             }
@@ -824,41 +774,14 @@ impl Machine {
         }
     }
 
-    /// Renews `seq` and every other hold due within a sixth of its lease, in EXTENDs of up to
-    /// `max_batch` locks to every node — but no hold whose validity has already run out.
+    /// Renews `seq` and every other hold due with it, in EXTENDs of up to `max_batch` locks
+    /// to every node.
     fn renew_batch(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get(&seq) else {
-            return;
-        };
-        let horizon = self.base.now + t.lease / 6;
-        let mut due = vec![seq];
-        due.extend(self.base.timers.take_until(horizon, |timer| match timer {
-            Timer::Renew(s) => Some(s),
-            _ => None,
-        }));
-        let mut items = Vec::with_capacity(due.len());
-        for s in due {
-            if let Some(Tenure {
-                state: State::Held(h),
-                lease,
-                ..
-            }) = self.tenures.get_mut(&s)
-                && !h.renewing
-                && h.valid_until > self.base.now
-            {
-                h.renewing = true;
-                items.push((s, *lease));
-            }
-        }
+        let items = self
+            .tenures
+            .due_renewals(seq, self.base.now, &mut self.base.timers);
         for chunk in items.chunks(self.max_batch) {
-            let req = redis::extend(chunk.iter().map(|(s, lease)| {
-                let t = &self.tenures[s];
-                (
-                    t.keys.lock.as_str(),
-                    t.token.as_str(),
-                    *lease + self.lock_delay,
-                )
-            }));
+            let req = self.tenures.extend(chunk, self.lock_delay);
             self.round(RoundKind::Renew, chunk.to_vec(), req);
         }
     }
@@ -866,28 +789,21 @@ impl Machine {
     // --- state changes ---
 
     fn held(&mut self, seq: u64, fencing_token: u64, valid_until: Instant) {
-        let Some(t) = self.tenures.get_mut(&seq) else {
+        let Some(t) = self.tenures.get(seq) else {
             return;
         };
-        let State::Pending(p) = &t.state else { return };
-        let (op, sent) = (p.op, p.attempt.as_ref().map_or(self.base.now, |a| a.sent));
-        t.state = State::Held(Held {
-            fencing_token,
-            count: 1,
-            valid_until,
-            renewing: false,
-        });
-        self.acquires.remove(&op);
-        self.base.timers.clear(Timer::WaitDeadline(seq));
-        self.base.timers.clear(Timer::Refresh(seq));
-        self.base.timers.set(Timer::Expire(seq), valid_until);
-        let renew_at = (sent + t.lease / 3).max(self.base.now);
-        self.base.timers.set(Timer::Renew(seq), renew_at);
-        if let Some(max) = t.max_hold {
-            self.base
-                .timers
-                .set(Timer::MaxHold(seq), self.base.now + max);
-        }
+        let sent = match &t.state {
+            State::Pending(Pending {
+                attempt: Some(a), ..
+            }) => a.sent,
+            _ => return,
+        };
+        let renew_at = sent + t.lease / 3;
+        let (now, timers) = (self.base.now, &mut self.base.timers);
+        let held = Held::new(fencing_token, 1, valid_until);
+        let Some(op) = self.tenures.grant(seq, held, renew_at, now, timers) else {
+            return;
+        };
         self.base.finish(Event::Acquired {
             op,
             hold: HoldId(seq),
@@ -899,21 +815,10 @@ impl Machine {
 
     /// A majority kept `seq` for `lease` from a request sent at `sent`.
     fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(&seq)
-        else {
+        let (now, timers) = (self.base.now, &mut self.base.timers);
+        let Some(valid_until) = self.tenures.renewed(seq, sent, lease, now, timers) else {
             return;
         };
-        h.valid_until = h.valid_until.max(sent + lease - drift(lease));
-        let valid_until = h.valid_until;
-        self.base.timers.set(Timer::Expire(seq), valid_until);
-        if !h.renewing {
-            self.base
-                .timers
-                .set(Timer::Renew(seq), (sent + lease / 3).max(self.base.now));
-        }
         if announce {
             self.base.event(Event::Renewed {
                 hold: HoldId(seq),
@@ -925,13 +830,7 @@ impl Machine {
     /// A held tenure is gone; what the nodes may still hold is given back as on one Redis
     /// (not a lease that ran out under lock-delay).
     fn lose(&mut self, seq: u64, reason: LostReason) {
-        if !matches!(
-            self.tenures.get(&seq),
-            Some(Tenure {
-                state: State::Held(_),
-                ..
-            })
-        ) {
+        if self.tenures.held(seq).is_none() {
             return;
         }
         let give_back = match reason {
@@ -981,7 +880,7 @@ impl Machine {
 
     /// RELEASE of the latest attempt's token on every node, best effort.
     fn give_back(&mut self, seq: u64) {
-        let Some(token) = self.tenures.get(&seq).map(|t| t.token.clone()) else {
+        let Some(token) = self.tenures.get(seq).map(|t| t.token.clone()) else {
             return;
         };
         for node in 0..self.nodes {
@@ -992,7 +891,7 @@ impl Machine {
     /// RELEASE of `token` on `node`. A tenure that is already forgotten sent its give-back
     /// before (a grant that overtakes it holds the lock for no one for at most a lease).
     fn give_back_on(&mut self, seq: u64, node: u32, token: &str) {
-        let Some(t) = self.tenures.get(&seq) else {
+        let Some(t) = self.tenures.get(seq) else {
             return;
         };
         if self.base.closed {
@@ -1004,28 +903,14 @@ impl Machine {
     }
 
     fn forget(&mut self, seq: u64) -> Option<Tenure> {
-        let t = self.tenures.remove(&seq)?;
-        self.slots.remove(&(t.name.clone(), t.owner));
-        if let State::Pending(p) = &t.state {
-            self.acquires.remove(&p.op);
-        }
-        for timer in [
-            Timer::Renew,
-            Timer::Expire,
-            Timer::MaxHold,
-            Timer::WaitDeadline,
-            Timer::Refresh,
-        ] {
-            self.base.timers.clear(timer(seq));
-        }
-        Some(t)
+        self.tenures.forget(seq, &mut self.base.timers)
     }
 
     fn close(&mut self) {
-        let seqs: Vec<u64> = self.tenures.keys().copied().collect();
+        let seqs = self.tenures.seqs();
         self.base.closed = true;
         for seq in seqs {
-            match self.tenures.get(&seq).map(|t| &t.state) {
+            match self.tenures.get(seq).map(|t| &t.state) {
                 Some(State::Held(_)) => self.lose(seq, LostReason::Closed),
                 Some(State::Pending(p)) => {
                     let op = p.op;
@@ -1076,17 +961,6 @@ impl Machine {
     }
 
     pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
-        let t = self.tenures.get(&hold.0)?;
-        let State::Held(h) = &t.state else {
-            return None;
-        };
-        Some(HoldInfo {
-            name: t.name.clone(),
-            owner: t.owner,
-            fencing_token: h.fencing_token,
-            count: h.count,
-            lease: t.lease,
-            valid_until: h.valid_until,
-        })
+        self.tenures.info(hold.0)
     }
 }

@@ -16,6 +16,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use dlock_bench::{cycles, percentiles};
+
 /// The system allocator, counting the bytes in use.
 struct Counting;
 
@@ -43,30 +45,6 @@ static ALLOCATOR: Counting = Counting;
 /// Lease of every held lock: the watchdog renews each a third of a lease after its last
 /// confirmation, so the renewal period is lease / 3.
 const LEASE: Duration = Duration::from_secs(3);
-
-/// `n` acquire + release cycles of a lock nobody else uses, in ms.
-async fn cycles(client: &dlock::Client, n: usize) -> Vec<f64> {
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        let guard = client
-            .lock("probe")
-            .lease(LEASE)
-            .acquire()
-            .await
-            .expect("acquires");
-        guard.release().await.expect("releases");
-        samples.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    samples
-}
-
-/// p50 and p99.
-fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let n = samples.len();
-    (samples[n / 2], samples[n * 99 / 100])
-}
 
 async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -105,9 +83,9 @@ async fn main() {
         .await
         .expect("connects");
 
-    cycles(&client, 200).await; // warm-up
-    cycles(&other, 200).await;
-    let (idle_p50, idle_p99) = percentiles(cycles(&client, 2000).await);
+    cycles(&client, 200, LEASE).await; // warm-up
+    cycles(&other, 200, LEASE).await;
+    let (idle_p50, idle_p99) = percentiles(cycles(&client, 2000, LEASE).await);
 
     let before = IN_USE.load(Ordering::Relaxed);
     let started = Instant::now();
@@ -147,8 +125,8 @@ async fn main() {
 
     let (mut holding, mut beside) = (Vec::new(), Vec::new());
     for _ in 0..4 {
-        holding.extend(cycles(&client, 500).await);
-        beside.extend(cycles(&other, 500).await);
+        holding.extend(cycles(&client, 500, LEASE).await);
+        beside.extend(cycles(&other, 500, LEASE).await);
     }
     let ((held_p50, held_p99), (other_p50, other_p99)) =
         (percentiles(holding), percentiles(beside));

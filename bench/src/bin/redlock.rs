@@ -6,35 +6,12 @@
 //!
 //! Writes bench/results/redlock.md.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use dlock_bench::{cycles, percentiles};
 use dlock_testkit::RedisServer;
 
 const LEASE: Duration = Duration::from_secs(10);
-
-/// `n` acquire + release cycles of a lock nobody else uses, in ms.
-async fn cycles(client: &dlock::Client, n: usize) -> Vec<f64> {
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        let guard = client
-            .lock("probe")
-            .lease(LEASE)
-            .acquire()
-            .await
-            .expect("acquires");
-        guard.release().await.expect("releases");
-        samples.push(started.elapsed().as_secs_f64() * 1e3);
-    }
-    samples
-}
-
-/// p50 and p99.
-fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
-    samples.sort_by(f64::total_cmp);
-    let n = samples.len();
-    (samples[n / 2], samples[n * 99 / 100])
-}
 
 fn redlock_url(nodes: &[RedisServer]) -> String {
     let hosts: Vec<String> = nodes
@@ -55,18 +32,18 @@ async fn main() {
     let mut clients = Vec::new();
     for (_, url) in &setups {
         let client = dlock::Client::connect(url).await.expect("connects");
-        cycles(&client, 200).await; // warm-up
+        cycles(&client, 200, LEASE).await; // warm-up
         clients.push(client);
     }
     let mut samples = vec![Vec::new(); clients.len()];
     for _ in 0..8 {
         for (client, samples) in clients.iter().zip(&mut samples) {
-            samples.extend(cycles(client, 250).await);
+            samples.extend(cycles(client, 250, LEASE).await);
         }
     }
     nodes[3].pause();
     nodes[4].pause();
-    let frozen = percentiles(cycles(&clients[2], 1000).await);
+    let frozen = percentiles(cycles(&clients[2], 1000, LEASE).await);
     nodes[3].resume();
     nodes[4].resume();
 

@@ -2,12 +2,12 @@
 //! over the scripts of [`crate::redis`].
 
 use core::time::Duration;
-use std::collections::BTreeMap;
 
 use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{self, AcquireReply, LockKeys, Mode, RedisOp, ReleaseReply, Value};
+use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
@@ -15,23 +15,8 @@ use crate::types::{
     RequestId, Response, Wait,
 };
 
-/// One tenure (or attempted tenure) of a lock by one owner of this engine.
-#[derive(Debug)]
-struct Tenure {
-    name: String,
-    owner: u64,
-    keys: LockKeys,
-    token: String,
-    lease: Duration,
-    max_hold: Option<Duration>,
-    state: State,
-}
-
-#[derive(Debug)]
-enum State {
-    Pending(Pending),
-    Held(Held),
-}
+type Tenure = tenures::Tenure<Pending>;
+type State = tenures::State<Pending>;
 
 #[derive(Debug)]
 struct Pending {
@@ -49,15 +34,10 @@ struct Pending {
     in_flight: bool,
 }
 
-#[derive(Debug)]
-struct Held {
-    fencing_token: u64,
-    /// Granted levels: acquisitions reported to the application minus releases.
-    count: u32,
-    /// Reentrant acquires sent and not yet answered.
-    reentering: u32,
-    valid_until: Instant,
-    renewing: bool,
+impl tenures::Pending for Pending {
+    fn op(&self) -> OpId {
+        self.op
+    }
 }
 
 #[derive(Debug)]
@@ -103,11 +83,7 @@ pub(crate) struct Machine {
     max_batch: usize,
     channel: String,
     next_seq: u64,
-    tenures: BTreeMap<u64, Tenure>,
-    /// (name, owner) → tenure, for reentrancy and for "already waiting".
-    slots: BTreeMap<(String, u64), u64>,
-    /// Pending acquire op → tenure, for cancel.
-    acquires: BTreeMap<OpId, u64>,
+    tenures: Tenures<Pending>,
 }
 
 impl Machine {
@@ -126,9 +102,7 @@ impl Machine {
             max_batch: config.max_batch.max(1),
             channel: redis::wake_channel(config.client_id),
             next_seq: 1,
-            tenures: BTreeMap::new(),
-            slots: BTreeMap::new(),
-            acquires: BTreeMap::new(),
+            tenures: Tenures::new(),
         };
         machine.subscribe();
         Ok(machine)
@@ -161,10 +135,10 @@ impl Machine {
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
 
-        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
+        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
             let t = self
                 .tenures
-                .get_mut(&seq)
+                .get_mut(seq)
                 .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
             return match &mut t.state {
                 State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
@@ -210,7 +184,7 @@ impl Machine {
             seq,
             Tenure {
                 keys: LockKeys::new(&a.name),
-                name: a.name.clone(),
+                name: a.name,
                 owner: a.owner,
                 token,
                 lease,
@@ -225,8 +199,6 @@ impl Machine {
                 }),
             },
         );
-        self.slots.insert((a.name, a.owner), seq);
-        self.acquires.insert(a.op, seq);
         if let Wait::Until(deadline) = wait {
             self.base.timers.set(Timer::WaitDeadline(seq), deadline);
         }
@@ -236,17 +208,11 @@ impl Machine {
 
     fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
         let seq = hold.0;
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(&seq)
-        else {
-            return Err(Error::NotHeld { hold });
-        };
+        let h = self.tenures.held_mut(seq).ok_or(Error::NotHeld { hold })?;
         h.count -= 1;
         let count = h.count;
         if count > 0 {
-            let t = &self.tenures[&seq];
+            let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
             let req = redis::release(&t.keys, &t.token, count);
             self.send(req, Purpose::Release { seq, op, count });
         } else {
@@ -262,20 +228,10 @@ impl Machine {
 
     fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
         let lease = check_lease(lease)?;
-        let Some(
-            t @ Tenure {
-                state: State::Held(_),
-                ..
-            },
-        ) = self.tenures.get(&hold.0)
-        else {
+        if self.tenures.held(hold.0).is_none() {
             return Err(Error::NotHeld { hold });
-        };
-        let req = redis::extend([(
-            t.keys.lock.as_str(),
-            t.token.as_str(),
-            lease + self.lock_delay,
-        )]);
+        }
+        let req = self.tenures.extend(&[(hold.0, lease)], self.lock_delay);
         self.send(
             req,
             Purpose::Extend {
@@ -288,7 +244,7 @@ impl Machine {
     }
 
     fn cancel(&mut self, op: OpId) {
-        if let Some(&seq) = self.acquires.get(&op) {
+        if let Some(seq) = self.tenures.pending_op(op) {
             self.abandon(
                 seq,
                 Event::NotAcquired {
@@ -322,7 +278,7 @@ impl Machine {
     }
 
     fn on_acquire(&mut self, seq: u64, mode: Mode, sent: Instant, reply: Result<Value, Error>) {
-        let Some(t) = self.tenures.get_mut(&seq) else {
+        let Some(t) = self.tenures.get_mut(seq) else {
             return;
         };
         let lease = t.lease;
@@ -426,7 +382,7 @@ impl Machine {
         let Some(Tenure {
             state: State::Held(h),
             ..
-        }) = self.tenures.get_mut(&seq)
+        }) = self.tenures.get_mut(seq)
         else {
             // Released or lost while the reentry was under way.
             return self.finish(Event::Failed {
@@ -476,7 +432,7 @@ impl Machine {
             let Some(Tenure {
                 state: State::Held(h),
                 ..
-            }) = self.tenures.get_mut(&seq)
+            }) = self.tenures.get_mut(seq)
             else {
                 continue;
             };
@@ -516,7 +472,7 @@ impl Machine {
     ) {
         let hold = HoldId(seq);
         if !matches!(
-            self.tenures.get(&seq),
+            self.tenures.get(seq),
             Some(Tenure {
                 state: State::Held(_),
                 ..
@@ -529,7 +485,7 @@ impl Machine {
         }
         match reply.and_then(|v| redis::parse_extend(&v, 1)) {
             Ok(flags) if flags[0] => {
-                if let Some(t) = self.tenures.get_mut(&seq) {
+                if let Some(t) = self.tenures.get_mut(seq) {
                     t.lease = lease;
                 }
                 self.renewed(seq, sent, lease, false);
@@ -580,7 +536,7 @@ impl Machine {
         let Some(Tenure {
             state: State::Pending(p),
             ..
-        }) = self.tenures.get_mut(&seq)
+        }) = self.tenures.get_mut(seq)
         else {
             return;
         };
@@ -598,7 +554,7 @@ impl Machine {
             state: State::Pending(p),
             lease,
             ..
-        }) = self.tenures.get_mut(&seq)
+        }) = self.tenures.get_mut(seq)
         else {
             return;
         };
@@ -624,9 +580,9 @@ impl Machine {
 
     fn close(&mut self) {
         self.base.closed = true;
-        let seqs: Vec<u64> = self.tenures.keys().copied().collect();
+        let seqs = self.tenures.seqs();
         for seq in seqs {
-            match self.tenures.get(&seq).map(|t| &t.state) {
+            match self.tenures.get(seq).map(|t| &t.state) {
                 Some(State::Held(_)) => self.lose(seq, LostReason::Closed),
                 Some(State::Pending(p)) => {
                     let op = p.op;
@@ -673,7 +629,7 @@ impl Machine {
                 if let Some(Tenure {
                     state: State::Pending(p),
                     ..
-                }) = self.tenures.get(&seq)
+                }) = self.tenures.get(seq)
                 {
                     let op = p.op;
                     self.abandon(
@@ -690,7 +646,7 @@ impl Machine {
                 if let Some(Tenure {
                     state: State::Pending(p),
                     ..
-                }) = self.tenures.get(&seq)
+                }) = self.tenures.get(seq)
                     && !p.in_flight
                 {
                     self.send_acquire(seq);
@@ -701,42 +657,13 @@ impl Machine {
         }
     }
 
-    /// Renews `seq` and, in the same requests, every other hold due within a sixth of its lease
-    /// — but no hold whose validity has already run out (after a pause, say): its expiry,
-    /// due as well, reports it lost, and a renewal would only keep the lock from others.
+    /// Renews `seq` and, in the same requests, every other hold due with it.
     fn renew_batch(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get(&seq) else {
-            return;
-        };
-        let horizon = self.base.now + t.lease / 6;
-        let mut due = vec![seq];
-        due.extend(self.base.timers.take_until(horizon, |timer| match timer {
-            Timer::Renew(s) => Some(s),
-            _ => None,
-        }));
-        let mut items = Vec::with_capacity(due.len());
-        for s in due {
-            if let Some(Tenure {
-                state: State::Held(h),
-                lease,
-                ..
-            }) = self.tenures.get_mut(&s)
-                && !h.renewing
-                && h.valid_until > self.base.now
-            {
-                h.renewing = true;
-                items.push((s, *lease));
-            }
-        }
+        let items = self
+            .tenures
+            .due_renewals(seq, self.base.now, &mut self.base.timers);
         for chunk in items.chunks(self.max_batch) {
-            let req = redis::extend(chunk.iter().map(|(s, lease)| {
-                let t = &self.tenures[s];
-                (
-                    t.keys.lock.as_str(),
-                    t.token.as_str(),
-                    *lease + self.lock_delay,
-                )
-            }));
+            let req = self.tenures.extend(chunk, self.lock_delay);
             self.send(
                 req,
                 Purpose::Renew {
@@ -749,7 +676,7 @@ impl Machine {
     // --- state changes ---
 
     fn send_acquire(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get_mut(&seq) else {
+        let Some(t) = self.tenures.get_mut(seq) else {
             return;
         };
         let State::Pending(p) = &mut t.state else {
@@ -778,30 +705,11 @@ impl Machine {
         valid_until: Instant,
         renew_at: Instant,
     ) {
-        let Some(t) = self.tenures.get_mut(&seq) else {
+        let (now, timers) = (self.base.now, &mut self.base.timers);
+        let held = Held::new(fencing_token, count, valid_until);
+        let Some(op) = self.tenures.grant(seq, held, renew_at, now, timers) else {
             return;
         };
-        let State::Pending(p) = &t.state else { return };
-        let op = p.op;
-        t.state = State::Held(Held {
-            fencing_token,
-            count,
-            reentering: 0,
-            valid_until,
-            renewing: false,
-        });
-        self.acquires.remove(&op);
-        self.base.timers.clear(Timer::WaitDeadline(seq));
-        self.base.timers.clear(Timer::Refresh(seq));
-        self.base.timers.set(Timer::Expire(seq), valid_until);
-        self.base
-            .timers
-            .set(Timer::Renew(seq), renew_at.max(self.base.now));
-        if let Some(max) = t.max_hold {
-            self.base
-                .timers
-                .set(Timer::MaxHold(seq), self.base.now + max);
-        }
         self.finish(Event::Acquired {
             op,
             hold: HoldId(seq),
@@ -813,21 +721,10 @@ impl Machine {
 
     /// The server kept `seq` for `lease` from a request sent at `sent`.
     fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(&seq)
-        else {
+        let (now, timers) = (self.base.now, &mut self.base.timers);
+        let Some(valid_until) = self.tenures.renewed(seq, sent, lease, now, timers) else {
             return;
         };
-        h.valid_until = h.valid_until.max(sent + lease - drift(lease));
-        let valid_until = h.valid_until;
-        self.base.timers.set(Timer::Expire(seq), valid_until);
-        if !h.renewing {
-            self.base
-                .timers
-                .set(Timer::Renew(seq), (sent + lease / 3).max(self.base.now));
-        }
         if announce {
             self.event(Event::Renewed {
                 hold: HoldId(seq),
@@ -841,7 +738,7 @@ impl Machine {
     /// paused, say), and the delay exists to keep the next holder away from it.
     fn lose(&mut self, seq: u64, reason: LostReason) {
         if !matches!(
-            self.tenures.get(&seq),
+            self.tenures.get(seq),
             Some(Tenure {
                 state: State::Held(_),
                 ..
@@ -897,21 +794,7 @@ impl Machine {
 
     /// Removes a tenure and everything that points at it.
     fn forget(&mut self, seq: u64) -> Option<Tenure> {
-        let t = self.tenures.remove(&seq)?;
-        self.slots.remove(&(t.name.clone(), t.owner));
-        if let State::Pending(p) = &t.state {
-            self.acquires.remove(&p.op);
-        }
-        for timer in [
-            Timer::Renew,
-            Timer::Expire,
-            Timer::MaxHold,
-            Timer::WaitDeadline,
-            Timer::Refresh,
-        ] {
-            self.base.timers.clear(timer(seq));
-        }
-        Some(t)
+        self.tenures.forget(seq, &mut self.base.timers)
     }
 
     fn subscribe(&mut self) {
@@ -947,18 +830,7 @@ impl Machine {
 
     /// A snapshot of a held lock, `None` if it is not held.
     pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
-        let t = self.tenures.get(&hold.0)?;
-        let State::Held(h) = &t.state else {
-            return None;
-        };
-        Some(HoldInfo {
-            name: t.name.clone(),
-            owner: t.owner,
-            fencing_token: h.fencing_token,
-            count: h.count,
-            lease: t.lease,
-            valid_until: h.valid_until,
-        })
+        self.tenures.info(hold.0)
     }
 
     pub(crate) fn reply(&mut self, id: RequestId, reply: Reply) {
