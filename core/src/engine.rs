@@ -66,13 +66,13 @@ pub struct Config {
     /// handed to a waiter stays promised to it before the waiter confirms. A crashed waiter
     /// stalls the queue for at most this long. Renewed every third of it. An acquire whose
     /// lease is shorter uses its lease instead, so that a lock handed to a waiter that dies
-    /// never outlives a lease. (Redis only: a ZooKeeper waiter's place lasts as long as its
-    /// session.)
+    /// never outlives a lease. (One Redis only: a ZooKeeper waiter's place lasts as long as
+    /// its session, and Redlock waiters do not queue, they retry.)
     pub waiter_lease: Duration,
     /// A request with no reply after this long counts as failed.
     pub request_timeout: Duration,
-    /// At most this many locks are renewed by one request (Redis only: ZooKeeper renews a
-    /// session, not locks).
+    /// At most this many locks are renewed by one request (Redis, and per node on Redlock:
+    /// ZooKeeper renews a session, not locks).
     pub max_batch: usize,
     /// Lock-delay (Chubby's idea; Redis only): a lock whose holder stops renewing it without
     /// releasing it stays taken for this long after its lease, so that a paused holder that

@@ -35,9 +35,11 @@
 //! A hold is valid locally until `sent + lease − drift` for the latest request that
 //! confirmed it (drift = 1% of the lease + 2 ms); when that instant passes without a
 //! confirmed renewal the engine reports [`Event::Lost`], even if the server might still hold
-//! the lock. Fencing tokens grow strictly with every new tenure of a lock name. Waiters are
-//! served first come, first served, and the lock is handed to the next live waiter by the
-//! releasing script itself. `docs/PROTOCOL.md` gives the wire protocol and the argument.
+//! the lock. Fencing tokens grow strictly with every new tenure of a lock name. On one Redis
+//! and on ZooKeeper waiters are served first come, first served, and the lock is handed to
+//! the next live waiter by the releasing script itself; on Redlock ([`redlock`]) a lock is
+//! held while a majority of independent servers hold it, and waiters retry with a randomised
+//! back-off. `docs/PROTOCOL.md` gives the wire protocol and the argument.
 //!
 //! ```
 //! use core::time::Duration;
