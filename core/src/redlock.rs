@@ -41,7 +41,7 @@ pub fn quorum(nodes: u32) -> u32 {
 }
 
 /// What a majority of nodes agree on, from each node's STATUS (PROTOCOL.md §6): the owner
-/// that holds the lock on a majority, with the largest fencing token those nodes record and
+/// that holds the lock on a majority, with the fencing token a majority of them records and
 /// the time until fewer than a majority hold it; no owner if none holds a majority. The
 /// latest token is the largest any node answered. Fails when fewer than a majority answered.
 pub fn merge_status(nodes: &[Result<LockStatus, Error>]) -> Result<LockStatus, Error> {
@@ -79,7 +79,12 @@ pub fn merge_status(nodes: &[Result<LockStatus, Error>]) -> Result<LockStatus, E
     Ok(LockStatus {
         owner: Some(owner.clone()),
         count: holding.iter().map(|s| s.count).max().unwrap_or(0),
-        fencing_token: holding.iter().map(|s| s.fencing_token).max().unwrap_or(0),
+        // The token a majority records (a late grant may show its own until it is raised).
+        fencing_token: holding
+            .iter()
+            .map(|s| s.fencing_token)
+            .find(|t| holding.iter().filter(|s| s.fencing_token == *t).count() >= quorum)
+            .unwrap_or_else(|| holding.iter().map(|s| s.fencing_token).max().unwrap_or(0)),
         ttl: holding[quorum - 1].ttl,
         latest_token,
         waiters: Vec::new(),
@@ -396,13 +401,20 @@ impl Machine {
         };
         let token = redis::owner_token(self.client_id, round);
         let Some(a) = self.attempt_mut(seq, round) else {
-            // An attempt that has ended: give back what it got, unless it won the tenure.
+            // An attempt that has ended: give back what it got, unless it won the tenure —
+            // then record the tenure's token there too, so that every node shows one tenure.
             let won = self
                 .tenures
                 .get(seq)
-                .is_some_and(|t| t.token == token && matches!(t.state, State::Held(_)));
-            if matches!(answer, Answer::Granted(_)) && !won {
-                self.give_back_on(seq, node, &token);
+                .filter(|t| t.token == token)
+                .and_then(|_| self.tenures.held(seq))
+                .map(|h| h.fencing_token);
+            match (answer, won) {
+                (Answer::Granted(value), Some(fencing_token)) if value != fencing_token => {
+                    self.send_raise(seq, round, node, fencing_token);
+                }
+                (Answer::Granted(_), None) => self.give_back_on(seq, node, &token),
+                _ => {}
             }
             return;
         };

@@ -474,3 +474,36 @@ fn reentry_is_counted_by_the_engine_and_release_goes_to_every_node() {
         }]
     );
 }
+
+#[test]
+fn the_majority_view_of_status() {
+    let held = |owner: &str, token: u64, ttl_ms: u64| LockStatus {
+        owner: Some(owner.into()),
+        count: 1,
+        fencing_token: token,
+        ttl: Some(Duration::from_millis(ttl_ms)),
+        latest_token: token,
+        waiters: Vec::new(),
+    };
+    let down = || Err(Error::Unavailable("refused".into()));
+    // A late grant still shows its own (larger) counter, one node is down: the majority's
+    // owner, its token, and the time until fewer than three of five hold it.
+    let nodes = vec![
+        Ok(held("a-1", 7, 900)),
+        Ok(held("a-1", 7, 800)),
+        Ok(held("a-1", 9, 950)),
+        Ok(held("a-1", 7, 700)),
+        down(),
+    ];
+    let merged = merge_status(&nodes).unwrap();
+    assert_eq!(merged.owner.as_deref(), Some("a-1"));
+    assert_eq!(merged.fencing_token, 7);
+    assert_eq!(merged.ttl, Some(Duration::from_millis(800)));
+    assert_eq!(merged.latest_token, 9);
+    // No owner holds a majority: free.
+    let split = vec![Ok(held("a-1", 7, 900)), Ok(held("b-1", 8, 900)), down()];
+    assert_eq!(merge_status(&split).unwrap().owner, None);
+    // Fewer than a majority answered.
+    let dark = vec![Ok(held("a-1", 7, 900)), down(), down()];
+    assert!(matches!(merge_status(&dark), Err(Error::Unavailable(_))));
+}

@@ -35,16 +35,29 @@ async fn five_nodes_exclude_count_exactly_and_fence() {
     let client = connect(&url).await.unwrap();
     let guard = client.lock("job").owner(1).acquire().await.unwrap();
     let token = guard.fencing_token();
-    // Every node holds the tenure with its token; the majority view agrees.
-    let per_node = client.node_status("job").await.unwrap();
-    assert_eq!(per_node.len(), 5);
-    for status in &per_node {
-        let status = status.as_ref().unwrap();
-        assert!(status.owner.is_some());
-        assert_eq!(status.fencing_token, token);
-        assert!(status.latest_token >= token);
-    }
+    // The majority view has the tenure's token at once; every node records it once its
+    // grant (which may come after the majority's) has been raised to it.
     let status = client.status("job").await.unwrap();
+    assert_eq!(status.fencing_token, token);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let per_node = client.node_status("job").await.unwrap();
+        assert_eq!(per_node.len(), 5);
+        let views: Vec<_> = per_node.into_iter().map(Result::unwrap).collect();
+        assert!(
+            views
+                .iter()
+                .all(|s| s.owner.is_some() && s.latest_token >= token)
+        );
+        if views.iter().all(|s| s.fencing_token == token) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodes never all recorded token {token}: {views:?}"
+        );
+        tokio::time::sleep(10 * MS).await;
+    }
     assert_eq!(status.fencing_token, token);
     assert!(status.owner.is_some() && status.waiters.is_empty());
     // Reentry is counted by the engine: same tenure, same token.

@@ -836,7 +836,7 @@ fn redlock_only() -> Vec<Json> {
 
     let mut b = redlock(
         "redlock-raise",
-        "One node answers with a counter ahead of the others: it is the tenure's token, and RAISE records it on the nodes behind until a majority carries it.",
+        "One node answers with a counter ahead of the others: it is the tenure's token, and RAISE records it on the nodes behind until a majority carries it, then on the node that grants after the tenure was acquired.",
     );
     b.by_hand().command(try_lock(1, "jobs"));
     b.answer(redis_value(Value::Array(vec![
