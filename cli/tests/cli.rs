@@ -266,11 +266,7 @@ fn status_shows_holder_and_waiters() {
 #[test]
 fn runs_exclude_and_status_shows_every_node_on_redlock() {
     let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let url = format!("redlock://{}", hosts.join(","));
+    let url = dlock_testkit::redlock_url(&nodes);
     three_processes_never_overlap(&url, nodes[0].dir());
 
     let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();

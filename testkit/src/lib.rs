@@ -222,6 +222,15 @@ impl RedisServer {
     }
 }
 
+/// `redlock://127.0.0.1:P1,127.0.0.1:P2,…` over these servers, in this order.
+pub fn redlock_url(nodes: &[RedisServer]) -> String {
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    format!("redlock://{}", hosts.join(","))
+}
+
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with the `openssl` command.
 fn make_certificates(dir: &Path) -> Result<(), String> {
     let openssl = |args: &[&str]| -> Result<(), String> {

@@ -9,17 +9,9 @@
 use std::time::Duration;
 
 use dlock_bench::{cycles, percentiles};
-use dlock_testkit::RedisServer;
+use dlock_testkit::{RedisServer, redlock_url};
 
 const LEASE: Duration = Duration::from_secs(10);
-
-fn redlock_url(nodes: &[RedisServer]) -> String {
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    format!("redlock://{}", hosts.join(","))
-}
 
 #[tokio::main]
 async fn main() {

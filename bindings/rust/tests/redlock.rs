@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use dlock::{Error, LostReason};
-use dlock_testkit::RedisServer;
+use dlock_testkit::{RedisServer, redlock_url as url};
 
 mod common;
 use common::{connect, contend};
@@ -14,14 +14,6 @@ const MS: Duration = Duration::from_millis(1);
 
 fn servers(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
-}
-
-fn url(nodes: &[RedisServer]) -> String {
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
-    format!("redlock://{}", hosts.join(","))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -436,13 +436,7 @@ impl World {
                 format!("redis://127.0.0.1:{}", port.unwrap_or(redis.port()))
             }
             LockServer::Replicated { front, .. } => format!("redis://127.0.0.1:{}", front.port()),
-            LockServer::Redlock(nodes) => {
-                let hosts: Vec<String> = nodes
-                    .iter()
-                    .map(|n| format!("127.0.0.1:{}", n.port()))
-                    .collect();
-                format!("redlock://{}", hosts.join(","))
-            }
+            LockServer::Redlock(nodes) => dlock_testkit::redlock_url(nodes),
             LockServer::Zk(zk) => {
                 let hosts = port.map_or_else(|| zk.hosts(), |p| format!("127.0.0.1:{p}"));
                 format!(
