@@ -95,3 +95,21 @@ def test_on_lost_runs_on_the_loop(redis: RedisServer) -> None:
         return reason
 
     assert asyncio.run(main()) == "not-owner"
+
+
+@pytest.mark.parametrize("backend", ["redis_cluster", "redlock"])
+def test_asyncio_on_multi_node_backends(backend: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue(backend).url
+    other = dlock.connect(url)
+
+    async def main() -> int:
+        client = await dlock.aio.connect(url)
+        async with client.lock("async/job") as held:
+            assert other.lock("async/job").try_acquire() is None
+            token = held.fencing_token
+        await client.close()
+        return token
+
+    token = asyncio.run(main())
+    with other.lock("async/job") as after:
+        assert after.fencing_token > token

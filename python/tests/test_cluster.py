@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import dlock
-import dlock.aio
 from conftest import RedisCluster
 
 
@@ -30,14 +28,3 @@ def test_locks_on_a_cluster_exclude_and_hand_off(redis_cluster: RedisCluster) ->
         h.release()
     assert a.fenced_write("stock/42", waiting[0].fencing_token, "7")
     assert not a.fenced_write("stock/42", first.fencing_token, "9")
-
-
-def test_asyncio_on_a_cluster(redis_cluster: RedisCluster) -> None:
-    async def main() -> int:
-        client = await dlock.aio.connect(redis_cluster.url)
-        async with client.lock("async/job") as held:
-            token = held.fencing_token
-        await client.close()
-        return token
-
-    assert asyncio.run(main()) > 0

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
 
 import dlock
-import dlock.aio
 from conftest import Redlock
 
 
@@ -37,14 +35,3 @@ def test_redlock_with_a_majority_down_fails_cleanly(redlock: Redlock) -> None:
     redlock.nodes[2].stop()
     with pytest.raises(dlock.BackendError):
         client.lock("job", lease=0.9).try_acquire()
-
-
-def test_asyncio_on_redlock(redlock: Redlock) -> None:
-    async def main() -> int:
-        client = await dlock.aio.connect(redlock.url)
-        async with client.lock("async/job") as held:
-            token = held.fencing_token
-        await client.close()
-        return token
-
-    assert asyncio.run(main()) > 0
