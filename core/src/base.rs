@@ -57,6 +57,11 @@ impl<P> Base<P> {
         Some(req)
     }
 
+    /// Whether a command with this op id is under way.
+    pub(crate) fn in_use(&self, op: OpId) -> bool {
+        self.ops.contains(&op)
+    }
+
     /// Registers a command's op id: a duplicate or a closed machine ends it at once.
     /// Returns whether the command may proceed.
     pub(crate) fn begin(&mut self, op: OpId) -> bool {

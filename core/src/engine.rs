@@ -4,9 +4,10 @@ use core::time::Duration;
 
 use crate::base::unpack;
 use crate::error::Error;
+use crate::multi::{Multis, ToMachine};
 use crate::redis::LockStatus;
 use crate::time::Instant;
-use crate::types::{ClientId, HoldId, Input, Op, Output, Reply, Response};
+use crate::types::{ClientId, HoldId, Input, LostReason, Op, Output, Reply, Response};
 use crate::zk::ZkSettings;
 use crate::{redis, redlock, zk};
 
@@ -124,6 +125,8 @@ enum Inner {
 pub struct Engine {
     config: Config,
     inner: Inner,
+    /// Multi-locks, made of the machine's locks.
+    multis: Multis,
 }
 
 /// Runs `$body` with `$m` bound to the engine's machine, whichever backend it speaks: both
@@ -151,7 +154,11 @@ impl Engine {
                 Inner::Redlock(redlock::Machine::new(&config, *nodes, now)?)
             }
         };
-        Ok(Self { config, inner })
+        Ok(Self {
+            config,
+            inner,
+            multis: Multis::default(),
+        })
     }
 
     pub fn config(&self) -> &Config {
@@ -176,11 +183,29 @@ impl Engine {
     /// lock whose validity has already run out.
     pub fn handle_input(&mut self, now: Instant, input: Input) {
         self.handle_timeout(now);
-        with_machine!(self, m => match input {
-            Input::Command(cmd) => m.command(cmd),
-            Input::Reply { id, reply } => m.reply(id, reply),
-            Input::Notice(notice) => m.notice(notice),
-        })
+        match input {
+            Input::Command(cmd) => {
+                let in_use = with_machine!(self, m => m.base_ref().in_use(cmd.op()));
+                if let Some(cmd) = self.multis.command(cmd, in_use) {
+                    with_machine!(self, m => m.command(cmd));
+                }
+                self.run_multi_commands();
+            }
+            Input::Reply { id, reply } => with_machine!(self, m => m.reply(id, reply)),
+            Input::Notice(notice) => with_machine!(self, m => m.notice(notice)),
+        }
+    }
+
+    /// Hands the multi-locks' member commands to the machine.
+    fn run_multi_commands(&mut self) {
+        while let Some(work) = self.multis.next_command() {
+            match work {
+                ToMachine::Command(cmd) => with_machine!(self, m => m.command(cmd)),
+                ToMachine::Lapse(hold) => {
+                    with_machine!(self, m => m.lose(hold.0, LostReason::Expired))
+                }
+            }
+        }
     }
 
     /// Runs every timer due at `now`. Call it when [`poll_timeout`](Self::poll_timeout) has passed.
@@ -193,7 +218,18 @@ impl Engine {
     /// The next output, `None` when drained.
     #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
-        with_machine!(self, m => m.base().poll_output())
+        loop {
+            if let Some(event) = self.multis.next_event() {
+                return Some(Output::Event(event));
+            }
+            match with_machine!(self, m => m.base().poll_output())? {
+                Output::Event(event) if self.multis.claims(&event) => {
+                    self.multis.event(event);
+                    self.run_multi_commands();
+                }
+                out => return Some(out),
+            }
+        }
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next, `None` if no timer is set.

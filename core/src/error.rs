@@ -10,6 +10,8 @@ use crate::types::{HoldId, OpId};
 pub const MAX_NAME_LEN: usize = 1024;
 /// Shortest lease the engine accepts: below it the drift margin eats the lease.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// Most locks in one multi-lock.
+pub const MAX_MULTI: usize = 64;
 /// Longest lease the engine accepts.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
@@ -34,6 +36,9 @@ pub enum Error {
     Closed,
     /// A setting the engine cannot work with (e.g. a ZooKeeper root that is not a path).
     InvalidConfig(String),
+    /// A command the engine cannot take as given (e.g. a multi-lock of no names, or an op id
+    /// the engine reserves for itself).
+    InvalidArgument(String),
 
     // --- backend trouble ---
     /// The backend could not be reached or the connection broke before a reply.
@@ -63,6 +68,7 @@ impl Error {
                 | Error::AlreadyWaiting { .. }
                 | Error::Closed
                 | Error::InvalidConfig(_)
+                | Error::InvalidArgument(_)
         )
     }
 }
@@ -92,6 +98,7 @@ impl fmt::Display for Error {
             }
             Error::Closed => f.write_str("the engine is closed"),
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::Unavailable(why) => write!(f, "backend unavailable: {why}"),
             Error::Timeout => f.write_str("backend request timed out"),
             Error::Backend(why) => write!(f, "backend error: {why}"),

@@ -66,6 +66,7 @@
 mod base;
 mod engine;
 mod error;
+pub mod multi;
 pub mod redis;
 pub mod redlock;
 mod tenures;
@@ -76,9 +77,9 @@ pub mod zk;
 
 pub use base::check_name;
 pub use engine::{Config, Engine, HoldInfo, Protocol};
-pub use error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE, TransportError};
+pub use error::{Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MIN_LEASE, TransportError};
 pub use time::{Instant, drift};
 pub use types::{
-    Acquire, ClientId, Command, Event, HoldId, Input, LostReason, NotAcquired, Notice, Op, OpId,
-    Output, Reply, Request, RequestId, Response, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, LostReason, Member,
+    NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Reply, Request, RequestId, Response, Wait,
 };

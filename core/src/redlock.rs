@@ -247,6 +247,7 @@ impl Machine {
             Command::Acquire(a) => a.op,
             Command::Release { op, .. } | Command::Extend { op, .. } => *op,
             Command::Cancel { op } => return self.cancel(*op),
+            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
         };
         if !self.base.begin(op) {
             return;
@@ -255,7 +256,7 @@ impl Machine {
             Command::Acquire(a) => self.acquire(a),
             Command::Release { op, hold } => self.release(op, hold),
             Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } => Ok(()),
+            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
         };
         if let Err(error) = result {
             self.base.finish(Event::Failed { op, error });
@@ -841,7 +842,7 @@ impl Machine {
 
     /// A held tenure is gone; what the nodes may still hold is given back as on one Redis
     /// (not a lease that ran out under lock-delay).
-    fn lose(&mut self, seq: u64, reason: LostReason) {
+    pub(crate) fn lose(&mut self, seq: u64, reason: LostReason) {
         if self.tenures.held(seq).is_none() {
             return;
         }

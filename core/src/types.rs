@@ -53,11 +53,44 @@ pub struct Acquire {
     pub max_hold: Option<Duration>,
 }
 
+/// Op ids, owners and hold ids from this value up are the engine's own (multi-locks and their
+/// members); a command that uses one as an op id or owner fails with
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument). The engine's ids stay below
+/// 2^53, so they survive JSON numbers in JavaScript.
+pub const RESERVED_IDS: u64 = 1 << 52;
+
+/// One acquire of several locks as one: all of them or none ([`crate::multi`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireMulti {
+    pub op: OpId,
+    /// The locks' names, each as for [`Acquire::name`]: 1 to
+    /// [`MAX_MULTI`](crate::MAX_MULTI) of them, in any order, duplicates counted once.
+    pub names: Vec<String>,
+    /// Each lock's lease, as for [`Acquire::lease`].
+    pub lease: Duration,
+    /// One deadline for the whole set.
+    pub wait: Wait,
+    /// As for [`Acquire::max_hold`], counted from the first lock's grant.
+    pub max_hold: Option<Duration>,
+}
+
+/// One lock of a held multi-lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    /// This lock's tenure's fencing token.
+    pub fencing_token: u64,
+}
+
 /// A command from the application. Each ends in exactly one terminal [`Event`] naming its
 /// op id, except [`Command::Cancel`], which ends the acquire it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Acquire(Acquire),
+    /// Acquire several locks as one (a multi-lock); ends in [`Event::AcquiredMulti`]. Its
+    /// hold takes [`Command::Release`] and [`Command::Extend`] like any other; a release
+    /// frees every lock of it.
+    AcquireMulti(AcquireMulti),
     /// Drop one hold count; at zero the lock is freed and handed to the next waiter.
     Release {
         op: OpId,
@@ -74,6 +107,19 @@ pub enum Command {
     Cancel {
         op: OpId,
     },
+}
+
+impl Command {
+    /// The op id the command names.
+    pub fn op(&self) -> OpId {
+        match self {
+            Command::Acquire(a) => a.op,
+            Command::AcquireMulti(m) => m.op,
+            Command::Release { op, .. } | Command::Extend { op, .. } | Command::Cancel { op } => {
+                *op
+            }
+        }
+    }
 }
 
 /// Unsolicited news from the backend.
@@ -191,6 +237,15 @@ pub enum Event {
         valid_until: Instant,
         count: u32,
     },
+    /// Terminal for a multi-lock's acquire: every lock is held. `members` are in the
+    /// canonical order (names sorted by their bytes, duplicates dropped); `valid_until` is
+    /// the earliest of theirs.
+    AcquiredMulti {
+        op: OpId,
+        hold: HoldId,
+        members: Vec<Member>,
+        valid_until: Instant,
+    },
     /// Terminal for an acquire.
     NotAcquired { op: OpId, reason: NotAcquired },
     /// Terminal for a release. `count` is what is left; 0 means the lock is free (or handed on).
@@ -214,6 +269,7 @@ impl Event {
     pub fn terminal_op(&self) -> Option<OpId> {
         match self {
             Event::Acquired { op, .. }
+            | Event::AcquiredMulti { op, .. }
             | Event::NotAcquired { op, .. }
             | Event::Released { op, .. }
             | Event::Extended { op, .. }

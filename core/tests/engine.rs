@@ -5,8 +5,9 @@ use std::time::Duration;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
-    NotAcquired, Notice, Op, OpId, Output, Request, Response, Wait, drift,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
+    LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Request,
+    Response, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -217,11 +218,7 @@ fn invalid_input_is_refused_before_anything_is_sent() {
         ),
     ];
     for (cmd, expected) in cases {
-        let op = match &cmd {
-            Command::Acquire(a) => a.op,
-            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
-            Command::Cancel { op } => *op,
-        };
+        let op = cmd.op();
         bed.cmd(0, cmd);
         assert_eq!(
             bed.take(0),
@@ -846,4 +843,345 @@ fn a_client_that_wakes_after_its_lease_reports_the_loss_without_renewing() {
         };
         assert_eq!(scripts, expected, "lock-delay {lock_delay:?}");
     }
+}
+
+// --- multi-locks ---
+
+fn multi(op: u64, names: &[&str], wait: Wait) -> Command {
+    Command::AcquireMulti(AcquireMulti {
+        op: OpId(op),
+        names: names.iter().map(|n| n.to_string()).collect(),
+        lease: 10 * SEC,
+        wait,
+        max_hold: None,
+    })
+}
+
+/// The multi-lock acquired in `events`, besides renewals (a lock handed to a waiter is
+/// renewed at once: its first validity is the waiter lease).
+fn acquired_multi(events: &[Event]) -> (HoldId, Vec<Member>) {
+    let events: Vec<&Event> = events
+        .iter()
+        .filter(|e| !matches!(e, Event::Renewed { .. }))
+        .collect();
+    match events.as_slice() {
+        [Event::AcquiredMulti { hold, members, .. }] => (*hold, members.clone()),
+        other => panic!("expected one AcquiredMulti, got {other:?}"),
+    }
+}
+
+/// Whether client `c` can take `name` at once (and gives it back).
+fn free(bed: &mut Bed, c: usize, name: &str) -> bool {
+    bed.acquire(c, 900, name, Wait::No);
+    let events = bed.take(c);
+    let ended = events.iter().filter(|e| e.terminal_op().is_some());
+    match ended.collect::<Vec<_>>().as_slice() {
+        [Event::Acquired { hold, .. }] => {
+            let hold = *hold;
+            bed.cmd(
+                c,
+                Command::Release {
+                    op: OpId(901),
+                    hold,
+                },
+            );
+            bed.take(c);
+            true
+        }
+        [Event::NotAcquired { .. }] => false,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_multi_lock_takes_every_name_in_canonical_order_and_releases_them_all() {
+    let mut bed = Bed::new(2);
+    bed.take_sent(0);
+    bed.cmd(0, multi(1, &["c", "a", "b", "a"], Wait::No));
+    let (hold, members) = acquired_multi(&bed.take(0));
+    assert!(
+        hold.0 >= RESERVED_IDS,
+        "a multi-lock's hold id is the engine's own"
+    );
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert!(members.iter().all(|m| m.fencing_token > 0));
+    // One acquire script per name, in canonical order.
+    let keys: Vec<String> = bed
+        .take_sent(0)
+        .into_iter()
+        .map(|op| match op {
+            RedisOp::Eval { keys, .. } => keys[0].clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(keys, ["dlock:{a}:lock", "dlock:{b}:lock", "dlock:{c}:lock"]);
+    for name in ["a", "b", "c"] {
+        assert!(!free(&mut bed, 1, name), "{name} is held");
+    }
+    // Renewals are news about the multi-lock's hold, never about its members'.
+    bed.advance(4 * SEC);
+    let news = bed.take(0);
+    assert!(!news.is_empty());
+    assert!(
+        news.iter()
+            .all(|e| matches!(e, Event::Renewed { hold: h, .. } if *h == hold)),
+        "{news:?}"
+    );
+    bed.cmd(
+        0,
+        Command::Extend {
+            op: OpId(2),
+            hold,
+            lease: 20 * SEC,
+        },
+    );
+    match bed.take(0).as_slice() {
+        [
+            Event::Extended {
+                op,
+                hold: h,
+                valid_until,
+            },
+        ] => {
+            assert_eq!((*op, *h), (OpId(2), hold));
+            assert!(*valid_until > bed.now + 19 * SEC);
+        }
+        other => panic!("{other:?}"),
+    }
+    bed.cmd(0, Command::Release { op: OpId(3), hold });
+    assert_eq!(
+        bed.take(0),
+        [Event::Released {
+            op: OpId(3),
+            hold,
+            count: 0
+        }]
+    );
+    for name in ["a", "b", "c"] {
+        assert!(free(&mut bed, 1, name), "{name} is free again");
+    }
+    bed.cmd(0, Command::Release { op: OpId(4), hold });
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(4),
+            error: Error::NotHeld { hold }
+        }]
+    );
+}
+
+#[test]
+fn a_multi_lock_is_all_or_none() {
+    let mut bed = Bed::new(2);
+    bed.acquire(1, 1, "b", Wait::No);
+    let (b, _, _) = acquired(&bed.take(1));
+    bed.cmd(0, multi(1, &["a", "b", "c"], Wait::No));
+    assert_eq!(
+        bed.take(0),
+        [Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::Busy
+        }]
+    );
+    // "a" was taken and given back; "c" was never asked for.
+    assert!(free(&mut bed, 1, "a"));
+    assert!(free(&mut bed, 1, "c"));
+    // A wait that times out gives back what it took too.
+    bed.cmd(0, multi(2, &["a", "b"], Wait::Until(bed.now + SEC)));
+    assert!(bed.take(0).is_empty());
+    assert!(!free(&mut bed, 1, "a"), "a is held while waiting for b");
+    bed.advance(2 * SEC);
+    assert_eq!(
+        bed.take(0),
+        [Event::NotAcquired {
+            op: OpId(2),
+            reason: NotAcquired::TimedOut
+        }]
+    );
+    assert!(free(&mut bed, 1, "a"));
+    // So does a cancel.
+    bed.cmd(0, multi(3, &["a", "b"], Wait::Forever));
+    bed.cmd(0, Command::Cancel { op: OpId(3) });
+    assert_eq!(
+        bed.take(0),
+        [Event::NotAcquired {
+            op: OpId(3),
+            reason: NotAcquired::Cancelled
+        }]
+    );
+    assert!(free(&mut bed, 1, "a"));
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(2),
+            hold: b,
+        },
+    );
+    bed.take(1);
+    assert!(free(&mut bed, 1, "b"), "the cancelled wait left b's queue");
+}
+
+#[test]
+fn overlapping_multi_locks_queue_without_deadlock() {
+    let mut bed = Bed::new(3);
+    // 1 takes {b, a}; 2 asks for {a, c} and 0 for {c, b}: in canonical order both queue
+    // behind 1 on their smallest shared name instead of each holding what the other needs.
+    bed.cmd(1, multi(1, &["b", "a"], Wait::No));
+    let (first, _) = acquired_multi(&bed.take(1));
+    bed.cmd(2, multi(1, &["c", "a"], Wait::Forever));
+    bed.cmd(0, multi(1, &["b", "c"], Wait::Forever));
+    assert!(bed.take(2).is_empty() && bed.take(0).is_empty());
+    assert!(free(&mut bed, 1, "d"));
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(2),
+            hold: first,
+        },
+    );
+    bed.take(1);
+    // Hand-offs go in FIFO order: 2 was first in a's queue, 0 in b's; 2 then takes c, so 0
+    // waits for c behind 2.
+    let (second, _) = acquired_multi(&bed.take(2));
+    assert!(bed.take(0).is_empty(), "0 waits for c, held by 2");
+    bed.cmd(
+        2,
+        Command::Release {
+            op: OpId(2),
+            hold: second,
+        },
+    );
+    bed.take(2);
+    let (_, members) = acquired_multi(&bed.take(0));
+    assert_eq!(members.len(), 2);
+}
+
+#[test]
+fn losing_one_member_loses_the_multi_lock_once_and_frees_the_rest() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, multi(1, &["a", "b"], Wait::No));
+    let (hold, _) = acquired_multi(&bed.take(0));
+    // "b" is freed behind the holder's back (say, by an operator), and another client takes
+    // it. The members were the engine's first tenures: "a" is 1, "b" is 2.
+    let token = redis::owner_token(ClientId(0xabc0), 2);
+    let RedisOp::Eval { script, keys, args } = redis::release(&LockKeys::new("b"), &token, 0)
+    else {
+        panic!("release is a script")
+    };
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    bed.store
+        .eval(ms, script, &keys, &args)
+        .expect("script runs");
+    bed.acquire(1, 1, "b", Wait::No);
+    acquired(&bed.take(1));
+    bed.advance(4 * SEC); // the next renewal finds "b" not ours
+    let events = bed.take(0);
+    assert_eq!(
+        events,
+        [Event::Lost {
+            hold,
+            reason: LostReason::NotOwner
+        }]
+    );
+    bed.advance(30 * SEC);
+    assert!(bed.take(0).is_empty(), "one loss, reported once");
+    assert!(free(&mut bed, 1, "a"), "a was given back");
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(2),
+            error: Error::NotHeld { hold }
+        }]
+    );
+}
+
+#[test]
+fn bad_multi_locks_are_refused_before_anything_is_sent() {
+    let mut bed = Bed::new(1);
+    bed.take_sent(0);
+    let many: Vec<String> = (0..=MAX_MULTI).map(|i| format!("n{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let reserved = RESERVED_IDS | 5;
+    type Expect = fn(&Error) -> bool;
+    let cases: Vec<(Command, Expect)> = vec![
+        (multi(1, &[], Wait::No), |e| {
+            matches!(e, Error::InvalidArgument(_))
+        }),
+        (multi(2, &many, Wait::No), |e| {
+            matches!(e, Error::InvalidArgument(_))
+        }),
+        (multi(3, &["a", ""], Wait::No), |e| *e == Error::EmptyName),
+        (multi(reserved, &["a"], Wait::No), |e| {
+            matches!(e, Error::InvalidArgument(_))
+        }),
+        (acquire(4, "a", reserved, SEC, Wait::No), |e| {
+            matches!(e, Error::InvalidArgument(_))
+        }),
+        (
+            Command::Release {
+                op: OpId(5),
+                hold: HoldId(reserved),
+            },
+            |e| matches!(e, Error::NotHeld { .. }),
+        ),
+    ];
+    for (cmd, expected) in cases {
+        let op = cmd.op();
+        bed.cmd(0, cmd);
+        match bed.take(0).as_slice() {
+            [Event::Failed { op: o, error }] if *o == op && expected(error) => {
+                assert!(error.is_misuse(), "{error:?}");
+            }
+            other => panic!("{op:?}: {other:?}"),
+        }
+        assert!(bed.take_sent(0).is_empty(), "{op:?} sent a request");
+    }
+    // A lease out of range is the first member's error, and nothing is sent either.
+    bed.cmd(
+        0,
+        Command::AcquireMulti(AcquireMulti {
+            op: OpId(6),
+            names: vec!["a".into(), "b".into()],
+            lease: Duration::ZERO,
+            wait: Wait::No,
+            max_hold: None,
+        }),
+    );
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(6),
+            error: Error::InvalidLease {
+                lease: Duration::ZERO
+            }
+        }]
+    );
+    assert!(bed.take_sent(0).is_empty());
+    // An op id in use by a multi-lock's acquire is refused for any other command.
+    bed.cmd(0, multi(7, &["a"], Wait::No));
+    let (hold, _) = acquired_multi(&bed.take(0));
+    bed.cmd(0, multi(8, &["a"], Wait::Forever));
+    bed.acquire(0, 8, "z", Wait::No);
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(8),
+            error: Error::DuplicateOp { op: OpId(8) }
+        }]
+    );
+    bed.cmd(0, Command::Release { op: OpId(9), hold });
+    let events = bed.take(0);
+    assert!(events.contains(&Event::Released {
+        op: OpId(9),
+        hold,
+        count: 0
+    }));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::AcquiredMulti { op: OpId(8), .. })),
+        "{events:?}"
+    );
 }

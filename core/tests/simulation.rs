@@ -22,7 +22,9 @@
 //! 4. lock-delay (Redis clients draw one of 0, 100 ms or 1 s): a new tenure never starts
 //!    within the lock-delay of a holder whose validity ran out while its application still
 //!    held the lock (paused, or not yet told) and had not released it;
-//! 5. no panic.
+//! 5. multi-locks are all or none: an acquired multi-lock holds exactly the names asked for
+//!    (in canonical order), each a new tenure checked by 1, 2 and 4;
+//! 6. no panic.
 //!
 //! `DLOCK_SIM_SEEDS=N` sets the number of seeds, `DLOCK_SIM_SEED=S` replays one seed, and
 //! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
@@ -36,8 +38,9 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::ZkSettings;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, LostReason, Notice,
-    Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant,
+    LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError,
+    Wait,
 };
 use dlock_testkit::Rng;
 
@@ -117,11 +120,11 @@ struct ZkConn {
     to_client: u64,
 }
 
-/// What the application believes about one of its holds.
+/// What the application believes about one of its holds: one lock, or a multi-lock's.
 #[derive(Debug)]
 struct Belief {
-    name: String,
-    fencing_token: u64,
+    /// Each lock's name and fencing token.
+    locks: Vec<(String, u64)>,
     count: u32,
     /// In the client's local clock.
     valid_until: Instant,
@@ -131,8 +134,17 @@ struct Belief {
 
 #[derive(Debug)]
 enum OpKind {
-    Acquire { name: String, owner: u64 },
-    Release { hold: HoldId },
+    Acquire {
+        name: String,
+        owner: u64,
+    },
+    /// The names in canonical order.
+    AcquireMulti {
+        names: Vec<String>,
+    },
+    Release {
+        hold: HoldId,
+    },
     Extend,
 }
 
@@ -208,6 +220,8 @@ struct RedlockNode {
 struct Stats {
     steps: u64,
     acquired: u64,
+    /// Multi-locks acquired (counted in `acquired` too).
+    multi: u64,
     lost: u64,
     pauses: u64,
     crashes: u64,
@@ -556,36 +570,60 @@ impl World {
                     let (hold, token, valid_until, count) =
                         (*hold, *fencing_token, *valid_until, *count);
                     if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
-                        if b.fencing_token != token || b.name != *name || count != b.count + 1 {
+                        if b.locks != [(name.clone(), token)] || count != b.count + 1 {
                             let msg = format!(
-                                "client {c}: reentry of {name} changed token {} -> {token} or count {} -> {count}",
-                                b.fencing_token, b.count
+                                "client {c}: reentry of {name} changed {:?} -> {token} or count {} -> {count}",
+                                b.locks, b.count
                             );
                             self.fail(msg);
                         }
                         b.count = count;
                         b.valid_until = b.valid_until.max(valid_until);
                     } else {
-                        let last = self.last_token.get(name).copied().unwrap_or(0);
-                        if token <= last || count != 1 {
-                            self.fail(format!("client {c}: new tenure of {name} got token {token} (count {count}) after {last}"));
+                        if count != 1 {
+                            self.fail(format!(
+                                "client {c}: new tenure of {name} has count {count}"
+                            ));
                         }
-                        self.last_token.insert(name.clone(), token);
-                        self.check_lock_delay(c, name);
-                        let name = name.clone();
-                        self.clients[c].beliefs.insert(
-                            hold,
-                            Belief {
-                                name,
-                                fencing_token: token,
-                                count,
-                                valid_until,
-                                release_at,
-                            },
-                        );
+                        let locks = vec![(name.clone(), token)];
+                        self.new_tenure(c, hold, locks, valid_until, release_at);
                     }
                 }
-                (OpKind::Acquire { .. }, Event::NotAcquired { .. } | Event::Failed { .. })
+                (
+                    OpKind::AcquireMulti { names },
+                    Event::AcquiredMulti {
+                        hold,
+                        members,
+                        valid_until,
+                        ..
+                    },
+                ) => {
+                    // All or none: exactly the names asked for, in canonical order.
+                    let locks: Vec<(String, u64)> = members
+                        .iter()
+                        .map(|m| (m.name.clone(), m.fencing_token))
+                        .collect();
+                    let got: Vec<&String> = locks.iter().map(|(n, _)| n).collect();
+                    if got != names.iter().collect::<Vec<_>>() {
+                        self.fail(format!("client {c}: multi-lock of {names:?} got {got:?}"));
+                    }
+                    if self.clients[c].beliefs.contains_key(hold) {
+                        self.fail(format!("client {c}: a multi-lock reused hold {hold:?}"));
+                    }
+                    self.stats.acquired += 1;
+                    self.stats.multi += 1;
+                    let release_at = self.now
+                        + if self.draining {
+                            0
+                        } else {
+                            self.rng.range(0, 1500) * MS
+                        };
+                    self.new_tenure(c, *hold, locks, *valid_until, release_at);
+                }
+                (
+                    OpKind::Acquire { .. } | OpKind::AcquireMulti { .. },
+                    Event::NotAcquired { .. } | Event::Failed { .. },
+                )
                 | (OpKind::Release { .. }, Event::Released { .. } | Event::Failed { .. })
                 | (OpKind::Extend, Event::Extended { .. } | Event::Failed { .. }) => {}
                 _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
@@ -642,8 +680,38 @@ impl World {
         }
         let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
         let until = client.global(b.valid_until) + delay;
-        let entry = self.lapses.entry(b.name.clone()).or_insert(0);
-        *entry = (*entry).max(until);
+        for (name, _) in &b.locks {
+            let entry = self.lapses.entry(name.clone()).or_insert(0);
+            *entry = (*entry).max(until);
+        }
+    }
+
+    /// Client `c`'s application starts new tenures of `locks` (checks 2 and 4).
+    fn new_tenure(
+        &mut self,
+        c: usize,
+        hold: HoldId,
+        locks: Vec<(String, u64)>,
+        valid_until: Instant,
+        release_at: u64,
+    ) {
+        for (name, token) in &locks {
+            let last = self.last_token.get(name).copied().unwrap_or(0);
+            if *token <= last {
+                self.fail(format!(
+                    "client {c}: new tenure of {name} got token {token} after {last}"
+                ));
+            }
+            self.last_token.insert(name.clone(), *token);
+            self.check_lock_delay(c, name);
+        }
+        let belief = Belief {
+            locks,
+            count: 1,
+            valid_until,
+            release_at,
+        };
+        self.clients[c].beliefs.insert(hold, belief);
     }
 
     /// Check 4: client `c` starts a new tenure of `name` now: not before a lapse's delay has
@@ -669,7 +737,7 @@ impl World {
                     .any(|k| matches!(k, OpKind::Release { hold: h } if h == hold));
                 let lapsed_at = client.global(b.valid_until);
                 let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
-                if b.name == name
+                if b.locks.iter().any(|(n, _)| n == name)
                     && !releasing
                     && lapsed_at <= self.now
                     && self.now < lapsed_at + delay
@@ -687,24 +755,29 @@ impl World {
     /// Check 1: at most one holder per lock whose validity has not run out in true time.
     fn check_exclusion(&self) {
         for name in NAMES {
-            let holders: Vec<(usize, &Belief)> = self
+            let holders: Vec<(usize, u64, &Belief)> = self
                 .clients
                 .iter()
                 .enumerate()
                 .filter(|(_, cl)| cl.engine.is_some())
                 .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, b)))
-                .filter(|(i, b)| {
-                    b.name == name && self.clients[*i].global(b.valid_until) > self.now
+                .filter_map(|(i, b)| {
+                    let (_, token) = b.locks.iter().find(|(n, _)| n == name)?;
+                    (self.clients[i].global(b.valid_until) > self.now).then_some((i, *token, b))
                 })
                 .collect();
             if holders.len() > 1 {
                 let list: Vec<String> = holders
                     .iter()
-                    .map(|(i, b)| {
+                    .map(|(i, token, b)| {
                         format!(
-                            "client {i} token {} valid {:.6}s",
-                            b.fencing_token,
-                            self.clients[*i].global(b.valid_until) as f64 / 1e9
+                            "client {i} token {token} valid {:.6}s{}",
+                            self.clients[*i].global(b.valid_until) as f64 / 1e9,
+                            if b.locks.len() > 1 {
+                                " (multi-lock)"
+                            } else {
+                                ""
+                            }
                         )
                     })
                     .collect();
@@ -803,7 +876,7 @@ impl World {
             let pending: Vec<OpId> = self.clients[c]
                 .ops
                 .iter()
-                .filter(|(_, k)| matches!(k, OpKind::Acquire { .. }))
+                .filter(|(_, k)| matches!(k, OpKind::Acquire { .. } | OpKind::AcquireMulti { .. }))
                 .map(|(op, _)| *op)
                 .collect();
             if let Some(&target) = pending.first() {
@@ -816,14 +889,6 @@ impl World {
             }
         }
         if roll < 70 {
-            let name = (*self.rng.pick(&NAMES)).to_owned();
-            let owner = self.rng.range(1, 2);
-            // One outstanding acquire per (name, owner); reentry when held.
-            if self.clients[c].ops.values().any(
-                |k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner),
-            ) {
-                return;
-            }
             let lease = Duration::from_millis(*self.rng.pick(&[30, 200, 1000]));
             let local = self.clients[c].local(self.now);
             let wait = match self.rng.below(10) {
@@ -835,6 +900,31 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
+            if roll >= 60 {
+                // A multi-lock of two or three names, given in any order, maybe twice.
+                let names: Vec<String> = (0..self.rng.range(2, 4))
+                    .map(|_| (*self.rng.pick(&NAMES)).to_owned())
+                    .collect();
+                let canonical = dlock_core::multi::canonical(&names).expect("good names");
+                let kind = OpKind::AcquireMulti { names: canonical };
+                return self.command(c, kind, |op| {
+                    Command::AcquireMulti(AcquireMulti {
+                        op,
+                        names,
+                        lease,
+                        wait,
+                        max_hold,
+                    })
+                });
+            }
+            let name = (*self.rng.pick(&NAMES)).to_owned();
+            let owner = self.rng.range(1, 2);
+            // One outstanding acquire per (name, owner); reentry when held.
+            if self.clients[c].ops.values().any(
+                |k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner),
+            ) {
+                return;
+            }
             let kind = OpKind::Acquire {
                 name: name.clone(),
                 owner,
@@ -1309,6 +1399,7 @@ fn simulation() {
         let s = World::new(seed, trace).run(STEPS_PER_SEED);
         total.steps += s.steps;
         total.acquired += s.acquired;
+        total.multi += s.multi;
         total.lost += s.lost;
         total.pauses += s.pauses;
         total.crashes += s.crashes;
@@ -1319,7 +1410,7 @@ fn simulation() {
         total.breaks += s.breaks;
     }
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions, {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
@@ -1327,6 +1418,7 @@ fn simulation() {
         total.redlock_seeds,
         total.steps,
         total.acquired,
+        total.multi,
         total.lost,
         total.pauses,
         total.crashes,
@@ -1341,7 +1433,7 @@ fn simulation() {
             total.steps
         );
         assert!(
-            total.acquired > 10_000 && total.lost > 100,
+            total.acquired > 10_000 && total.multi > 1_000 && total.lost > 100,
             "the simulation exercised too little: {total:?}"
         );
     }

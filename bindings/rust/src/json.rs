@@ -18,8 +18,9 @@ use std::time::Duration;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input, Instant,
-    NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response, TransportError, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
+    Instant, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response, TransportError,
+    Wait,
 };
 use serde_json::{Map, Value as Json, json};
 
@@ -265,29 +266,39 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
     let f = Field::root("input", value);
     let op = || f.get("op").u64().map(OpId);
     let hold = || f.get("hold").u64().map(HoldId);
-    Ok(match f.kind()? {
-        "acquire" => {
-            let w = f.get("wait");
-            let wait = match w.required()? {
-                Json::String(s) if s == "no" => Wait::No,
-                Json::String(s) if s == "forever" => Wait::Forever,
-                Json::Object(_) => Wait::Until(w.get("until").instant()?),
-                _ => return w.fail("expected \"no\", \"forever\" or {\"until\": ns}"),
-            };
-            let max_hold = f.get("max_hold_ms");
-            Input::Command(Command::Acquire(Acquire {
-                op: op()?,
-                name: f.get("name").str()?.to_owned(),
-                owner: f.get("owner").u64()?,
-                lease: f.get("lease_ms").ms()?,
-                wait,
-                max_hold: if max_hold.is_absent() {
-                    None
-                } else {
-                    Some(max_hold.ms()?)
-                },
-            }))
+    let wait = || {
+        let w = f.get("wait");
+        match w.required()? {
+            Json::String(s) if s == "no" => Ok(Wait::No),
+            Json::String(s) if s == "forever" => Ok(Wait::Forever),
+            Json::Object(_) => Ok(Wait::Until(w.get("until").instant()?)),
+            _ => w.fail("expected \"no\", \"forever\" or {\"until\": ns}"),
         }
+    };
+    let max_hold = || {
+        let max_hold = f.get("max_hold_ms");
+        if max_hold.is_absent() {
+            Ok(None)
+        } else {
+            max_hold.ms().map(Some)
+        }
+    };
+    Ok(match f.kind()? {
+        "acquire" => Input::Command(Command::Acquire(Acquire {
+            op: op()?,
+            name: f.get("name").str()?.to_owned(),
+            owner: f.get("owner").u64()?,
+            lease: f.get("lease_ms").ms()?,
+            wait: wait()?,
+            max_hold: max_hold()?,
+        })),
+        "acquire-multi" => Input::Command(Command::AcquireMulti(AcquireMulti {
+            op: op()?,
+            names: f.get("names").strings()?,
+            lease: f.get("lease_ms").ms()?,
+            wait: wait()?,
+            max_hold: max_hold()?,
+        })),
         "release" => Input::Command(Command::Release {
             op: op()?,
             hold: hold()?,
@@ -410,23 +421,29 @@ fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
 
 /// The JSON form of an input (what [`input_from_json`] reads back).
 pub fn input_to_json(input: &Input) -> Json {
+    let wait = |wait: &Wait| match wait {
+        Wait::No => json!("no"),
+        Wait::Forever => json!("forever"),
+        Wait::Until(t) => json!({ "until": t.as_nanos() }),
+    };
     match input {
-        Input::Command(Command::Acquire(a)) => {
-            let wait = match a.wait {
-                Wait::No => json!("no"),
-                Wait::Forever => json!("forever"),
-                Wait::Until(t) => json!({ "until": t.as_nanos() }),
-            };
-            json!({
-                "type": "acquire",
-                "op": a.op.0,
-                "name": a.name,
-                "owner": a.owner,
-                "lease_ms": ms(a.lease),
-                "wait": wait,
-                "max_hold_ms": a.max_hold.map(ms),
-            })
-        }
+        Input::Command(Command::Acquire(a)) => json!({
+            "type": "acquire",
+            "op": a.op.0,
+            "name": a.name,
+            "owner": a.owner,
+            "lease_ms": ms(a.lease),
+            "wait": wait(&a.wait),
+            "max_hold_ms": a.max_hold.map(ms),
+        }),
+        Input::Command(Command::AcquireMulti(m)) => json!({
+            "type": "acquire-multi",
+            "op": m.op.0,
+            "names": m.names,
+            "lease_ms": ms(m.lease),
+            "wait": wait(&m.wait),
+            "max_hold_ms": m.max_hold.map(ms),
+        }),
         Input::Command(Command::Release { op, hold }) => {
             json!({ "type": "release", "op": op.0, "hold": hold.0 })
         }
@@ -481,7 +498,8 @@ pub fn op_to_json(op: &Op) -> Json {
 }
 
 /// An error's stable kind: `empty-name`, `name-too-long`, `invalid-lease`, `duplicate-op`,
-/// `not-held`, `already-waiting`, `closed`, `invalid-config`, `unavailable`, `timeout`,
+/// `not-held`, `already-waiting`, `closed`, `invalid-config`, `invalid-argument`,
+/// `unavailable`, `timeout`,
 /// `backend`, `malformed-reply`, `lock-lost`, `session-expired`.
 pub fn error_kind(error: &Error) -> &'static str {
     match error {
@@ -493,6 +511,7 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::AlreadyWaiting { .. } => "already-waiting",
         Error::Closed => "closed",
         Error::InvalidConfig(_) => "invalid-config",
+        Error::InvalidArgument(_) => "invalid-argument",
         Error::Unavailable(_) => "unavailable",
         Error::Timeout => "timeout",
         Error::Backend(_) => "backend",
@@ -544,6 +563,21 @@ fn event_to_json(event: &Event) -> Json {
             "fencing_token": fencing_token,
             "valid_until": valid_until.as_nanos(),
             "count": count,
+        }),
+        Event::AcquiredMulti {
+            op,
+            hold,
+            members,
+            valid_until,
+        } => json!({
+            "type": "acquired-multi",
+            "op": op.0,
+            "hold": hold.0,
+            "members": members
+                .iter()
+                .map(|m| json!({ "name": m.name, "fencing_token": m.fencing_token }))
+                .collect::<Vec<_>>(),
+            "valid_until": valid_until.as_nanos(),
         }),
         Event::NotAcquired { op, reason } => {
             json!({ "type": "not-acquired", "op": op.0, "reason": not_acquired(*reason) })
@@ -669,6 +703,13 @@ mod tests {
             lease: Duration::from_millis(1500),
             wait: Wait::Until(Instant::from_nanos(9)),
             max_hold: Some(Duration::from_secs(3)),
+        })));
+        roundtrip(Input::Command(Command::AcquireMulti(AcquireMulti {
+            op: OpId(2),
+            names: vec!["b".into(), "a".into()],
+            lease: Duration::from_millis(1500),
+            wait: Wait::Forever,
+            max_hold: None,
         })));
         roundtrip(Input::Reply {
             id: dlock_core::RequestId(4),

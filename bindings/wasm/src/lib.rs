@@ -32,8 +32,8 @@ use bindings::exports::dlock::lock::transport::{
     TransportError, ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
-    Acquired, Command, Error, Event, Extend, Extended, Failed, Lost, LostReason, NotAcquired,
-    Release, Released, Renewed, Wait,
+    Acquired, AcquiredMulti, Command, Error, Event, Extend, Extended, Failed, Lost, LostReason,
+    Member, NotAcquired, Release, Released, Renewed, Wait,
 };
 
 struct Component;
@@ -148,12 +148,15 @@ fn command(c: Command) -> core_::Command {
             name: a.name,
             owner: a.owner,
             lease: Duration::from_nanos(a.lease),
-            wait: match a.wait {
-                Wait::No => core_::Wait::No,
-                Wait::Until(t) => core_::Wait::Until(core_::Instant::from_nanos(t)),
-                Wait::Forever => core_::Wait::Forever,
-            },
+            wait: wait(a.wait),
             max_hold: a.max_hold.map(Duration::from_nanos),
+        }),
+        Command::AcquireMulti(m) => core_::Command::AcquireMulti(core_::AcquireMulti {
+            op: core_::OpId(m.op),
+            names: m.names,
+            lease: Duration::from_nanos(m.lease),
+            wait: wait(m.wait),
+            max_hold: m.max_hold.map(Duration::from_nanos),
         }),
         Command::Release(Release { op, hold }) => core_::Command::Release {
             op: core_::OpId(op),
@@ -167,6 +170,14 @@ fn command(c: Command) -> core_::Command {
         Command::Cancel(op) => core_::Command::Cancel {
             op: core_::OpId(op),
         },
+    }
+}
+
+fn wait(w: Wait) -> core_::Wait {
+    match w {
+        Wait::No => core_::Wait::No,
+        Wait::Until(t) => core_::Wait::Until(core_::Instant::from_nanos(t)),
+        Wait::Forever => core_::Wait::Forever,
     }
 }
 
@@ -254,6 +265,23 @@ fn event(e: core_::Event) -> Event {
             valid_until: valid_until.as_nanos(),
             count,
         }),
+        core_::Event::AcquiredMulti {
+            op,
+            hold,
+            members,
+            valid_until,
+        } => Event::AcquiredMulti(AcquiredMulti {
+            op: op.0,
+            hold: hold.0,
+            members: members
+                .into_iter()
+                .map(|m| Member {
+                    name: m.name,
+                    fencing_token: m.fencing_token,
+                })
+                .collect(),
+            valid_until: valid_until.as_nanos(),
+        }),
         core_::Event::NotAcquired { op, reason } => Event::NotAcquired((
             op.0,
             match reason {
@@ -315,6 +343,7 @@ fn error(e: core_::Error) -> Error {
         E::LockLost { hold } => Error::LockLost(hold.0),
         E::SessionExpired => Error::SessionExpired,
         E::InvalidConfig(why) => Error::InvalidConfig(why),
+        E::InvalidArgument(why) => Error::InvalidArgument(why),
         other => Error::Backend(other.to_string()),
     }
 }

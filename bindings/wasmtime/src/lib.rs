@@ -35,7 +35,8 @@ use bindings::exports::dlock::lock::transport::{
     ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
-    Acquire, Command, Error as WitError, Event, Extend, LostReason, NotAcquired, Release, Wait,
+    Acquire, AcquireMulti, Command, Error as WitError, Event, Extend, LostReason, NotAcquired,
+    Release, Wait,
 };
 
 /// Instructions one call may run (a call normally needs a few thousand).
@@ -243,12 +244,15 @@ fn to_wit(input: dlock_core::Input) -> Input {
                 name: a.name,
                 owner: a.owner,
                 lease: nanos(a.lease),
-                wait: match a.wait {
-                    dlock_core::Wait::No => Wait::No,
-                    dlock_core::Wait::Until(t) => Wait::Until(t.as_nanos()),
-                    dlock_core::Wait::Forever => Wait::Forever,
-                },
+                wait: wait(a.wait),
                 max_hold: a.max_hold.map(nanos),
+            }),
+            dlock_core::Command::AcquireMulti(m) => Command::AcquireMulti(AcquireMulti {
+                op: m.op.0,
+                names: m.names,
+                lease: nanos(m.lease),
+                wait: wait(m.wait),
+                max_hold: m.max_hold.map(nanos),
             }),
             dlock_core::Command::Release { op, hold } => Command::Release(Release {
                 op: op.0,
@@ -292,6 +296,14 @@ fn to_wit(input: dlock_core::Input) -> Input {
             dlock_core::Notice::SessionExpired => Notice::SessionExpired,
             dlock_core::Notice::Closed => Notice::Closed,
         }),
+    }
+}
+
+fn wait(w: dlock_core::Wait) -> Wait {
+    match w {
+        dlock_core::Wait::No => Wait::No,
+        dlock_core::Wait::Until(t) => Wait::Until(t.as_nanos()),
+        dlock_core::Wait::Forever => Wait::Forever,
     }
 }
 
@@ -362,6 +374,19 @@ fn from_wit(output: Output) -> dlock_core::Output {
                 valid_until: dlock_core::Instant::from_nanos(a.valid_until),
                 count: a.count,
             },
+            Event::AcquiredMulti(a) => dlock_core::Event::AcquiredMulti {
+                op: OpId(a.op),
+                hold: HoldId(a.hold),
+                members: a
+                    .members
+                    .into_iter()
+                    .map(|m| dlock_core::Member {
+                        name: m.name,
+                        fencing_token: m.fencing_token,
+                    })
+                    .collect(),
+                valid_until: dlock_core::Instant::from_nanos(a.valid_until),
+            },
             Event::NotAcquired((op, reason)) => dlock_core::Event::NotAcquired {
                 op: OpId(op),
                 reason: match reason {
@@ -422,5 +447,6 @@ fn error(e: WitError) -> dlock_core::Error {
         WitError::LockLost(hold) => E::LockLost { hold: HoldId(hold) },
         WitError::SessionExpired => E::SessionExpired,
         WitError::InvalidConfig(why) => E::InvalidConfig(why),
+        WitError::InvalidArgument(why) => E::InvalidArgument(why),
     }
 }

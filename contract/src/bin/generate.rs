@@ -17,8 +17,8 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Notice, Op, OpId,
-    Output, Protocol, Reply, Request, RequestId, Response, TransportError, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant,
+    Notice, Op, OpId, Output, Protocol, Reply, Request, RequestId, Response, TransportError, Wait,
 };
 use serde_json::{Value as Json, json};
 
@@ -318,7 +318,11 @@ impl Bed {
         self.events
             .iter()
             .find_map(|e| match e {
-                Event::Acquired { op: o, hold, .. } if o.0 == op => Some(*hold),
+                Event::Acquired { op: o, hold, .. } | Event::AcquiredMulti { op: o, hold, .. }
+                    if o.0 == op =>
+                {
+                    Some(*hold)
+                }
                 _ => None,
             })
             .unwrap_or_else(|| panic!("{}: acquire {op} did not succeed", self.name))
@@ -661,7 +665,36 @@ fn common(p: &str, protocol: &Protocol) -> Vec<Json> {
     b.command(release(5, a)).command(release(6, c2));
     out.push(b.finish());
 
+    let mut b = new(
+        name("multi-lock"),
+        "A multi-lock takes its names one by one in canonical order (sorted, duplicates dropped) and reports one hold with each lock's token; extend and release act on every lock.",
+    );
+    b.command(multi(1, &["b/c", "a", "b/c"], Wait::No));
+    let h = b.hold(1);
+    b.command(extend(2, h, 20_000)).command(release(3, h));
+    out.push(b.finish());
+
+    let mut b = new(
+        name("multi-lock-busy"),
+        "A multi-lock is all or none: a try that meets a busy name ends Busy and gives back what it took; a set of no names fails InvalidArgument with nothing sent.",
+    );
+    b.ghost(1, try_lock(1, "b"))
+        .command(multi(1, &["c", "b", "a"], Wait::No))
+        .command(multi(2, &[], Wait::No))
+        .command(try_lock(3, "a"));
+    out.push(b.finish());
+
     out
+}
+
+fn multi(op: u64, names: &[&str], wait: Wait) -> Command {
+    Command::AcquireMulti(AcquireMulti {
+        op: OpId(op),
+        names: names.iter().map(|n| n.to_string()).collect(),
+        lease: Duration::from_secs(10),
+        wait,
+        max_hold: None,
+    })
 }
 
 fn redis_only() -> Vec<Json> {

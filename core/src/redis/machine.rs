@@ -115,6 +115,7 @@ impl Machine {
             Command::Acquire(a) => a.op,
             Command::Release { op, .. } | Command::Extend { op, .. } => *op,
             Command::Cancel { op } => return self.cancel(*op),
+            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
         };
         if !self.base.begin(op) {
             return;
@@ -123,7 +124,7 @@ impl Machine {
             Command::Acquire(a) => self.acquire(a),
             Command::Release { op, hold } => self.release(op, hold),
             Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } => Ok(()),
+            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
         };
         if let Err(error) = result {
             self.finish(Event::Failed { op, error });
@@ -736,7 +737,7 @@ impl Machine {
     /// A held tenure is gone. Anything we may still hold on the server is given back — except
     /// a lease that ran out under lock-delay: the application may still be at work (it was
     /// paused, say), and the delay exists to keep the next holder away from it.
-    fn lose(&mut self, seq: u64, reason: LostReason) {
+    pub(crate) fn lose(&mut self, seq: u64, reason: LostReason) {
         if !matches!(
             self.tenures.get(seq),
             Some(Tenure {

@@ -188,6 +188,7 @@ impl Machine {
         let op = match &cmd {
             Command::Acquire(a) => a.op,
             Command::Release { op, .. } | Command::Extend { op, .. } => *op,
+            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
             Command::Cancel { op } => {
                 if let Some(&seq) = self.acquires.get(op) {
                     let event = Event::NotAcquired {
@@ -206,7 +207,7 @@ impl Machine {
             Command::Acquire(a) => self.acquire(a),
             Command::Release { op, hold } => self.release(op, hold),
             Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } => Ok(()),
+            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
         };
         if let Err(error) = result {
             self.base.finish(Event::Failed { op, error });
@@ -831,7 +832,7 @@ impl Machine {
     }
 
     /// A held tenure is gone. A node the session may still keep is deleted.
-    fn lose(&mut self, seq: u64, reason: LostReason) {
+    pub(crate) fn lose(&mut self, seq: u64, reason: LostReason) {
         if self.hold(HoldId(seq)).is_none() {
             return;
         }
