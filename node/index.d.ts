@@ -61,6 +61,8 @@ export declare function connect(url: string, options?: ConnectOptions): Promise<
 export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock
+  /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
+  multiLock(names: string[], options?: Omit<LockOptions, 'owner'>): MultiLock
   status(name: string): Promise<LockStatus>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
@@ -73,7 +75,7 @@ export declare class Client {
 }
 
 export declare class Lock {
-  private constructor()
+  protected constructor()
   readonly name: string
   readonly leaseMs: number
   readonly waitMs: number | null
@@ -84,11 +86,17 @@ export declare class Lock {
   tryAcquire(): Promise<Held | null>
 }
 
+export declare class MultiLock extends Lock {
+  readonly names: string[]
+}
+
 export declare class Held {
   private constructor()
   readonly name: string
   /** Larger than every earlier holder's token of this lock. */
   readonly fencingToken: bigint
+  /** Each lock's fencing token by name: one, or every lock of a multi-lock (in canonical order). */
+  readonly fencingTokens: Record<string, bigint>
   readonly isLost: boolean
   readonly lostReason: LostReason | null
   /** Resolves with the reason if the lock is lost, or null once released; never rejects. */

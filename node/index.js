@@ -69,6 +69,19 @@ class Client {
     return new Lock(this.#native, name, options)
   }
 
+  /**
+   * Several locks to acquire as one: all of them or none, in one canonical order (names
+   * sorted) so that overlapping sets never deadlock; losing one loses them all. Options as
+   * for `lock` (no `owner`: a multi-lock is not reentrant); `waitMs` bounds the whole set.
+   * The held object's `fencingTokens` gives each name's token.
+   */
+  multiLock(names, options = {}) {
+    if (!Array.isArray(names) || !names.every((n) => typeof n === 'string')) {
+      throw invalid('names must be an array of strings')
+    }
+    return new MultiLock(this.#native, names, options)
+  }
+
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
     const s = await call(this.#native.status(name))
@@ -120,17 +133,22 @@ class Lock {
     this.owner = owner
   }
 
-  async #acquire(waitMs, signal) {
+  /** Starts the native acquire; `id` lets `cancel(id)` stop it. */
+  _start(inner, waitMs, id) {
     const owner = this.owner ?? nextOwner++
+    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, id)
+  }
+
+  async #acquire(waitMs, signal) {
     if (!signal) {
-      return call(this.#native.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, null))
+      return call(this._start(this.#native, waitMs, null))
     }
     if (signal.aborted) throw abortError(signal)
     const id = this.#native.newCancelId()
     const abort = () => this.#native.cancel(id)
     signal.addEventListener('abort', abort, { once: true })
     try {
-      const held = await call(this.#native.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, id))
+      const held = await call(this._start(this.#native, waitMs, id))
       if (held === null && signal.aborted) throw abortError(signal)
       return held
     } finally {
@@ -163,6 +181,21 @@ class Lock {
   }
 }
 
+class MultiLock extends Lock {
+  constructor(inner, names, { leaseMs, waitMs, maxHoldMs } = {}) {
+    super(inner, names.join(','), { leaseMs, waitMs, maxHoldMs })
+    this.names = [...names]
+  }
+
+  _start(inner, waitMs, id) {
+    return inner.acquireMulti(this.names, this.leaseMs, waitMs, this.maxHoldMs, id)
+  }
+
+  [inspect.custom]() {
+    return `MultiLock <${JSON.stringify(this.names)} leaseMs=${this.leaseMs}>`
+  }
+}
+
 class Held {
   #native
   #lost
@@ -178,6 +211,11 @@ class Held {
   /** Larger than every earlier holder's token of this lock (bigint). */
   get fencingToken() {
     return this.#native.fencingToken
+  }
+
+  /** Each lock's fencing token (bigint) by name: one, or every lock of a multi-lock. */
+  get fencingTokens() {
+    return Object.fromEntries(this.#native.members.map((m) => [m.name, m.fencingToken]))
   }
 
   get isLost() {

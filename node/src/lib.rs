@@ -5,6 +5,7 @@
 mod engine;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -96,7 +97,45 @@ pub struct LockStatus {
     pub waiters: Vec<String>,
 }
 
+/// One lock of a held multi-lock.
+#[napi(object)]
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    pub fencing_token: BigInt,
+}
+
 impl NativeClient {
+    /// Runs an acquire that `cancel(cancel_id)` may stop (it then resolves with null).
+    async fn cancellable(
+        &self,
+        acquire: impl Future<Output = std::result::Result<Option<dlock::SharedGuard>, dlock::Error>>,
+        cancel_id: Option<u32>,
+    ) -> Result<Option<NativeHeld>> {
+        let guard = match cancel_id {
+            None => acquire.await,
+            Some(id) => {
+                let (tx, rx) = oneshot::channel();
+                self.cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, tx);
+                let out = tokio::select! {
+                    out = acquire => out,
+                    // Dropping the acquire future leaves the wait queue.
+                    _ = rx => Ok(None),
+                };
+                self.cancels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                out
+            }
+        };
+        let guard = guard.map_err(|e| js_error(&e))?;
+        Ok(guard.map(|held| NativeHeld { held }))
+    }
+
     fn client(&self) -> Result<dlock::Client> {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
         client
@@ -133,30 +172,30 @@ impl NativeClient {
             lock = lock.max_hold(m);
         }
         let wait = optional_millis("waitMs", wait_ms)?;
-        let acquire = lock.acquire_within(wait);
-        let guard = match cancel_id {
-            None => acquire.await,
-            Some(id) => {
-                let (tx, rx) = oneshot::channel();
-                self.cancels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, tx);
-                let out = tokio::select! {
-                    out = acquire => out,
-                    // Dropping the acquire future leaves the wait queue.
-                    _ = rx => Ok(None),
-                };
-                self.cancels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-                out
-            }
-        };
-        Ok(guard
-            .map_err(|e| js_error(&e))?
-            .map(|g| NativeHeld { held: g.into() }))
+        let acquire = async { Ok(lock.acquire_within(wait).await?.map(Into::into)) };
+        self.cancellable(acquire, cancel_id).await
+    }
+
+    /// Acquires every name as one, all or none; `waitMs` and `cancelId` as for `acquire`.
+    #[napi]
+    pub async fn acquire_multi(
+        &self,
+        names: Vec<String>,
+        lease_ms: f64,
+        wait_ms: Option<f64>,
+        max_hold_ms: Option<f64>,
+        cancel_id: Option<u32>,
+    ) -> Result<Option<NativeHeld>> {
+        let mut lock = self
+            .client()?
+            .multi_lock(names)
+            .lease(millis("leaseMs", lease_ms)?);
+        if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
+            lock = lock.max_hold(m);
+        }
+        let wait = optional_millis("waitMs", wait_ms)?;
+        let acquire = async { Ok(lock.acquire_within(wait).await?.map(Into::into)) };
+        self.cancellable(acquire, cancel_id).await
     }
 
     /// Stops the acquire started with this cancel id (it then resolves with null).
@@ -253,6 +292,18 @@ impl NativeHeld {
     #[napi(getter)]
     pub fn fencing_token(&self) -> BigInt {
         BigInt::from(self.held.fencing_token())
+    }
+
+    /// Each lock's name and fencing token: one, or a multi-lock's in canonical order.
+    #[napi(getter)]
+    pub fn members(&self) -> Vec<Member> {
+        let members = self.held.members().iter();
+        members
+            .map(|m| Member {
+                name: m.name.clone(),
+                fencing_token: BigInt::from(m.fencing_token),
+            })
+            .collect()
     }
 
     /// `"expired"`, `"not-owner"`, `"max-hold"` or `"closed"` once lost, else null.

@@ -22,7 +22,7 @@ import atexit
 import threading
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Callable, Optional, Tuple, Type
+from typing import Callable, Iterable, Optional, Tuple, Type
 
 from ._dlock import DEFAULT_LEASE, Engine, NativeClient, NativeHeld, _shutdown, new_owner
 from .errors import BackendError, DlockError, InvalidArgument, LockLost, LockTimeout, NotHeld
@@ -39,6 +39,7 @@ __all__ = [
     "LockLost",
     "LockStatus",
     "LockTimeout",
+    "MultiLock",
     "NotHeld",
     "connect",
 ]
@@ -160,6 +161,11 @@ class _HeldState:
         return self._native.fencing_token
 
     @property
+    def fencing_tokens(self) -> "dict[str, int]":
+        """Each lock's fencing token by name: one, or every lock of a multi-lock."""
+        return dict(self._native.members)
+
+    @property
     def is_lost(self) -> bool:
         return self._native.lost_reason is not None
 
@@ -196,6 +202,25 @@ class Client:
         :meth:`Lock.acquire` (None: as long as it takes); ``max_hold`` stops renewal;
         ``on_lost(held, reason)`` is called once, from a background thread, if it is lost."""
         return Lock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+
+    def multi_lock(
+        self,
+        names: "Iterable[str]",
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> "MultiLock":
+        """Several locks to acquire as one: all of them or none, in one canonical order (names
+        sorted) so that overlapping sets never deadlock; losing one loses them all. Options as
+        for :meth:`lock`; ``wait`` bounds the whole set. Not reentrant. The held object's
+        :attr:`Held.fencing_tokens` maps each name to its token::
+
+            with client.multi_lock(["stock/1", "stock/2"]) as held:
+                move(held.fencing_tokens)
+        """
+        return MultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
     def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
@@ -291,6 +316,29 @@ class Lock(_LockOptions):
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         self._held_stack().pop()._exit(exc)
+
+class MultiLock(Lock):
+    """Several lock names acquired as one (see :meth:`Client.multi_lock`)."""
+
+    _KIND = "dlock.MultiLock"
+
+    def __init__(
+        self,
+        client: Client,
+        names: "list[str]",
+        *,
+        lease: float,
+        wait: Optional[float],
+        max_hold: Optional[float],
+        on_lost: Optional[OnLost],
+    ) -> None:
+        super().__init__(client, ",".join(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+        self.names = names
+
+    def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
+        native = self.client._native.acquire_multi(self.names, self.lease, wait, self.max_hold)
+        return None if native is None else Held(native, self.on_lost)
+
 
 class Held(_HeldState):
     """A held lock. Release it once (or leave its ``with`` block); safe to use from any thread."""

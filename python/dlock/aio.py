@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Iterable, Optional, Type
 
 from . import DEFAULT_LEASE, LockStatus, _fencing_token, _HeldState, _LockOptions, _redact, _status
 from ._dlock import NativeClient, NativeHeld, Task, new_owner
@@ -92,6 +92,18 @@ class AsyncClient:
         """A lock to acquire; see :meth:`dlock.Client.lock`. ``on_lost(held, reason)`` is
         called (awaited if it is a coroutine function) on this loop if the lock is lost."""
         return AsyncLock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+
+    def multi_lock(
+        self,
+        names: Iterable[str],
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> "AsyncMultiLock":
+        """Several locks to acquire as one; see :meth:`dlock.Client.multi_lock`."""
+        return AsyncMultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
     async def status(self, name: str) -> LockStatus:
         raw = await asyncio.get_running_loop().run_in_executor(None, self._native.status, name)
@@ -185,6 +197,31 @@ class AsyncLock(_LockOptions):
         task = asyncio.current_task()
         if task is not None:
             await self._held[task].pop()._exit(exc)
+
+class AsyncMultiLock(AsyncLock):
+    """Several lock names acquired as one (see :meth:`AsyncClient.multi_lock`)."""
+
+    _KIND = "dlock.aio.AsyncMultiLock"
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        names: "list[str]",
+        *,
+        lease: float,
+        wait: Optional[float],
+        max_hold: Optional[float],
+        on_lost: Optional[OnLost],
+    ) -> None:
+        super().__init__(client, ",".join(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+        self.names = names
+
+    async def _acquire(self, wait: Optional[float]) -> Optional["AsyncHeld"]:
+        native = await _call(
+            lambda done: self.client._native.acquire_multi_async(self.names, self.lease, wait, self.max_hold, done)
+        )
+        return None if native is None else AsyncHeld(native, self.on_lost)
+
 
 class AsyncHeld(_HeldState):
     """A held lock; release it once (or leave its ``async with`` block)."""

@@ -229,8 +229,14 @@ fn native_client(client: dlock::Client) -> NativeClient {
 
 /// What an acquire is asked to do, checked before anything is sent.
 struct Spec {
-    lock: dlock::LockBuilder,
+    lock: Either,
     wait: Option<Duration>,
+}
+
+/// One lock, or several as one.
+enum Either {
+    One(dlock::LockBuilder),
+    Many(dlock::MultiLockBuilder),
 }
 
 impl Spec {
@@ -252,12 +258,37 @@ impl Spec {
             lock = lock.max_hold(m);
         }
         let wait = optional_seconds(py, "wait", wait)?;
-        Ok(Spec { lock, wait })
+        Ok(Spec {
+            lock: Either::One(lock),
+            wait,
+        })
+    }
+
+    fn multi(
+        py: Python<'_>,
+        client: dlock::Client,
+        names: Vec<String>,
+        lease: f64,
+        wait: Option<f64>,
+        max_hold: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut lock = client.multi_lock(names).lease(seconds(py, "lease", lease)?);
+        if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
+            lock = lock.max_hold(m);
+        }
+        let wait = optional_seconds(py, "wait", wait)?;
+        Ok(Spec {
+            lock: Either::Many(lock),
+            wait,
+        })
     }
 
     async fn run(self) -> Result<Option<NativeHeld>, dlock::Error> {
-        let guard = self.lock.acquire_within(self.wait).await?;
-        Ok(guard.map(|g| NativeHeld { held: g.into() }))
+        let held: Option<dlock::SharedGuard> = match self.lock {
+            Either::One(lock) => lock.acquire_within(self.wait).await?.map(Into::into),
+            Either::Many(lock) => lock.acquire_within(self.wait).await?.map(Into::into),
+        };
+        Ok(held.map(|held| NativeHeld { held }))
     }
 }
 
@@ -322,6 +353,34 @@ impl NativeClient {
         callback: Py<PyAny>,
     ) -> PyResult<Task> {
         let spec = Spec::new(py, self.client(py)?, name, owner, lease, wait, max_hold)?;
+        spawn(callback, spec.run())
+    }
+
+    /// Acquires every name as one, all or none; `wait` as for `acquire`.
+    #[pyo3(signature = (names, lease, wait=None, max_hold=None))]
+    fn acquire_multi(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        lease: f64,
+        wait: Option<f64>,
+        max_hold: Option<f64>,
+    ) -> PyResult<Option<NativeHeld>> {
+        let spec = Spec::multi(py, self.client(py)?, names, lease, wait, max_hold)?;
+        block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
+    }
+
+    #[pyo3(signature = (names, lease, wait, max_hold, callback))]
+    fn acquire_multi_async(
+        &self,
+        py: Python<'_>,
+        names: Vec<String>,
+        lease: f64,
+        wait: Option<f64>,
+        max_hold: Option<f64>,
+        callback: Py<PyAny>,
+    ) -> PyResult<Task> {
+        let spec = Spec::multi(py, self.client(py)?, names, lease, wait, max_hold)?;
         spawn(callback, spec.run())
     }
 
@@ -413,6 +472,13 @@ impl NativeHeld {
     #[getter]
     fn fencing_token(&self) -> u64 {
         self.held.fencing_token()
+    }
+
+    /// Each lock's `(name, fencing_token)`: one, or a multi-lock's in canonical order.
+    #[getter]
+    fn members(&self) -> Vec<(String, u64)> {
+        let members = self.held.members().iter();
+        members.map(|m| (m.name.clone(), m.fencing_token)).collect()
     }
 
     /// Why the lock was lost (`"expired"`, `"not-owner"`, `"max-hold"`, `"closed"`), or None.

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::redis::{FencedWrite, LockStatus};
-use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, OpId, Protocol, Response};
+use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, Member, OpId, Protocol, Response};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -186,6 +186,21 @@ impl Client {
         }
     }
 
+    /// Locks `names` as one; see [`MultiLockBuilder`].
+    pub fn multi_lock<I, S>(&self, names: I) -> MultiLockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        MultiLockBuilder {
+            client: self.clone(),
+            names: names.into_iter().map(Into::into).collect(),
+            lease: DEFAULT_LEASE,
+            wait: None,
+            max_hold: None,
+        }
+    }
+
     /// Who holds `name`, with which token, for how long, and who waits. On Redlock: what a
     /// majority of the nodes agree on ([`dlock_core::redlock::merge_status`]); see
     /// [`Client::node_status`] for each node.
@@ -328,43 +343,107 @@ impl LockBuilder {
     /// busy). This overrides [`wait`](Self::wait); it is how bindings pass a wait through.
     pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
         let span = tracing::debug_span!("acquire", lock = %self.name);
-        async move {
-            let client = self.client;
-            let op = OpId(client.next_id());
-            let owner = self.owner.unwrap_or_else(|| client.next_id());
-            let (reply, granted) = oneshot::channel();
-            client.send(Call::Acquire {
-                op,
-                name: self.name.clone(),
-                owner,
-                lease: self.lease,
-                wait,
-                max_hold: self.max_hold,
-                reply,
-            })?;
-            let mut cancel = CancelOnDrop {
-                client: Some(client.clone()),
-                op,
-            };
-            let result = granted.await.map_err(|_| Error::Closed)?;
-            cancel.client = None;
-            Ok(result?.map(
-                |Granted {
-                     hold,
-                     fencing_token,
-                     lost,
-                 }| Guard {
-                    client,
-                    name: self.name,
-                    hold,
-                    fencing_token,
-                    lost,
-                    released: false,
-                },
-            ))
-        }
-        .instrument(span)
-        .await
+        let client = self.client;
+        let owner = self.owner.unwrap_or_else(|| client.next_id());
+        let name = self.name;
+        let granted = acquire(&client, |op, reply| Call::Acquire {
+            op,
+            name: name.clone(),
+            owner,
+            lease: self.lease,
+            wait,
+            max_hold: self.max_hold,
+            reply,
+        });
+        let granted = granted.instrument(span).await?;
+        Ok(granted.map(|g| Guard {
+            held: Held::new(client, g.hold, g.lost),
+            name,
+            fencing_token: g.tokens,
+        }))
+    }
+}
+
+/// Sends the acquire `call` makes of its op id and reply channel and waits for its answer;
+/// dropping the future leaves the queue.
+async fn acquire<T>(
+    client: &Client,
+    call: impl FnOnce(OpId, crate::driver::GrantReply<T>) -> Call,
+) -> Result<Option<Granted<T>>, Error> {
+    let op = OpId(client.next_id());
+    let (reply, granted) = oneshot::channel();
+    client.send(call(op, reply))?;
+    let mut cancel = CancelOnDrop {
+        client: Some(client.clone()),
+        op,
+    };
+    let result = granted.await.map_err(|_| Error::Closed)?;
+    cancel.client = None;
+    result
+}
+
+/// Several locks as one, being configured: `client.multi_lock(names).acquire().await`. All of
+/// them or none are acquired, in one canonical order (names sorted by their bytes) so that
+/// clients asking for overlapping sets cannot deadlock; losing any one loses them all. Not
+/// reentrant. See `dlock_core::multi`.
+#[derive(Debug, Clone)]
+#[must_use = "a MultiLockBuilder does nothing until acquired"]
+pub struct MultiLockBuilder {
+    client: Client,
+    names: Vec<String>,
+    lease: Duration,
+    wait: Option<Duration>,
+    max_hold: Option<Duration>,
+}
+
+impl MultiLockBuilder {
+    /// Each lock's time to live on the server, renewed every third of it (default 30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) may wait for the whole set (default: as long as
+    /// it takes).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Stop renewing and release this long after the first lock was acquired.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Waits for every lock (up to [`wait`](Self::wait)).
+    pub async fn acquire(self) -> Result<MultiGuard, Error> {
+        let wait = self.wait;
+        self.acquire_within(wait).await?.ok_or(Error::WaitTimedOut)
+    }
+
+    /// Takes every lock if all are free now; `None` (and nothing held) otherwise.
+    pub async fn try_acquire(self) -> Result<Option<MultiGuard>, Error> {
+        self.acquire_within(Some(Duration::ZERO)).await
+    }
+
+    /// Acquires waiting up to `wait`, as [`LockBuilder::acquire_within`].
+    pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<MultiGuard>, Error> {
+        let span = tracing::debug_span!("acquire", locks = ?self.names);
+        let client = self.client;
+        let granted = acquire(&client, |op, reply| Call::AcquireMulti {
+            op,
+            names: self.names,
+            lease: self.lease,
+            wait,
+            max_hold: self.max_hold,
+            reply,
+        });
+        let granted = granted.instrument(span).await?;
+        Ok(granted.map(|g| MultiGuard {
+            held: Held::new(client, g.hold, g.lost),
+            members: g.tokens,
+        }))
     }
 }
 
@@ -382,16 +461,91 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// What every guard shares: its hold in the engine, the loss signal, the release on drop.
+#[derive(Debug)]
+struct Held {
+    client: Client,
+    hold: HoldId,
+    lost: watch::Receiver<Option<LostReason>>,
+    released: bool,
+}
+
+impl Held {
+    fn new(client: Client, hold: HoldId, lost: watch::Receiver<Option<LostReason>>) -> Self {
+        Held {
+            client,
+            hold,
+            lost,
+            released: false,
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        self.lost.borrow().is_some()
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        LostSignal {
+            lost: self.lost.clone(),
+        }
+    }
+
+    async fn lost(&self) -> LostReason {
+        match self.lost_signal().wait().await {
+            Some(reason) => reason,
+            // Released: it can no longer be lost.
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        let (reply, done) = oneshot::channel();
+        let op = OpId(self.client.next_id());
+        self.client.send(Call::Extend {
+            op,
+            hold: self.hold,
+            lease,
+            reply,
+        })?;
+        done.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn release(mut self, span: tracing::Span) -> Result<(), Error> {
+        self.released = true;
+        if let Some(reason) = self.lost.borrow().clone() {
+            return Err(Error::Lost(reason));
+        }
+        let (reply, done) = oneshot::channel();
+        let op = OpId(self.client.next_id());
+        self.client.send(Call::Release {
+            op,
+            hold: self.hold,
+            reply: Some(reply),
+        })?;
+        done.instrument(span).await.map_err(|_| Error::Closed)?
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.released && !self.is_lost() {
+            let op = OpId(self.client.next_id());
+            let _ = self.client.send(Call::Release {
+                op,
+                hold: self.hold,
+                reply: None,
+            });
+        }
+    }
+}
+
 /// A held lock. Dropping it releases the lock in the background.
 #[derive(Debug)]
 #[must_use = "dropping a Guard releases the lock"]
 pub struct Guard {
-    client: Client,
+    held: Held,
     name: String,
-    hold: HoldId,
     fencing_token: u64,
-    lost: watch::Receiver<Option<LostReason>>,
-    released: bool,
 }
 
 impl Guard {
@@ -407,88 +561,131 @@ impl Guard {
 
     /// True once the lock is lost.
     pub fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some()
+        self.held.is_lost()
     }
 
     /// Completes when the lock is lost, with the reason. Pending forever while it is held.
     pub async fn lost(&self) -> LostReason {
-        match self.lost_signal().wait().await {
-            Some(reason) => reason,
-            // Released: it can no longer be lost.
-            None => std::future::pending().await,
-        }
+        self.held.lost().await
     }
 
     /// A handle on this guard's loss that lives apart from the guard (e.g. to watch for loss
     /// on another task while this one works).
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal {
-            lost: self.lost.clone(),
-        }
+        self.held.lost_signal()
     }
 
     /// Renews now with `lease`, which later renewals keep using.
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
-        let (reply, done) = oneshot::channel();
-        let op = OpId(self.client.next_id());
-        self.client.send(Call::Extend {
-            op,
-            hold: self.hold,
-            lease,
-            reply,
-        })?;
-        done.await.map_err(|_| Error::Closed)?
+        self.held.extend(lease).await
     }
 
     /// Releases the lock (one level of a reentrant hold) and waits for the backend's answer.
-    pub async fn release(mut self) -> Result<(), Error> {
-        self.released = true;
-        if let Some(reason) = self.lost.borrow().clone() {
-            return Err(Error::Lost(reason));
-        }
+    pub async fn release(self) -> Result<(), Error> {
         let span =
             tracing::debug_span!("release", lock = %self.name, fencing_token = self.fencing_token);
-        let (reply, done) = oneshot::channel();
-        let op = OpId(self.client.next_id());
-        self.client.send(Call::Release {
-            op,
-            hold: self.hold,
-            reply: Some(reply),
-        })?;
-        done.instrument(span).await.map_err(|_| Error::Closed)?
+        self.held.release(span).await
     }
 }
 
-/// A held lock that many threads or tasks may share and that is released once: what the
-/// Python and Node bindings hand out. Cheap to clone.
+/// A held multi-lock: every one of its locks is held. Dropping it releases them all in the
+/// background.
+#[derive(Debug)]
+#[must_use = "dropping a MultiGuard releases the locks"]
+pub struct MultiGuard {
+    held: Held,
+    members: Vec<Member>,
+}
+
+impl MultiGuard {
+    /// Each lock's name and fencing token, in canonical order (names sorted by their bytes).
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// The fencing token of lock `name`, if it is one of this multi-lock's.
+    pub fn fencing_token(&self, name: &str) -> Option<u64> {
+        let member = self.members.iter().find(|m| m.name == name);
+        member.map(|m| m.fencing_token)
+    }
+
+    /// True once any of its locks is lost (then all of them are given up).
+    pub fn is_lost(&self) -> bool {
+        self.held.is_lost()
+    }
+
+    /// Completes when the multi-lock is lost, with the reason of the first lock lost.
+    pub async fn lost(&self) -> LostReason {
+        self.held.lost().await
+    }
+
+    /// A handle on this multi-lock's loss that lives apart from the guard.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.held.lost_signal()
+    }
+
+    /// Renews every lock now with `lease`, which later renewals keep using.
+    pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
+        self.held.extend(lease).await
+    }
+
+    /// Releases every lock and waits for the backends' answers.
+    pub async fn release(self) -> Result<(), Error> {
+        let span = tracing::debug_span!("release", locks = self.members.len());
+        self.held.release(span).await
+    }
+}
+
+/// A held lock or multi-lock that many threads or tasks may share and that is released
+/// once: what the Python and Node bindings hand out. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct SharedGuard {
-    guard: Arc<tokio::sync::Mutex<Option<Guard>>>,
+    held: Arc<tokio::sync::Mutex<Option<Held>>>,
     hold: HoldId,
     lost: LostSignal,
-    name: Arc<str>,
-    fencing_token: u64,
+    /// One lock's name and token, or a multi-lock's in canonical order.
+    members: Arc<[Member]>,
 }
 
 impl From<Guard> for SharedGuard {
     fn from(guard: Guard) -> Self {
-        SharedGuard {
-            hold: guard.hold,
-            lost: guard.lost_signal(),
-            name: guard.name().into(),
-            fencing_token: guard.fencing_token(),
-            guard: Arc::new(tokio::sync::Mutex::new(Some(guard))),
-        }
+        let member = Member {
+            name: guard.name,
+            fencing_token: guard.fencing_token,
+        };
+        SharedGuard::new(guard.held, vec![member])
+    }
+}
+
+impl From<MultiGuard> for SharedGuard {
+    fn from(guard: MultiGuard) -> Self {
+        SharedGuard::new(guard.held, guard.members)
     }
 }
 
 impl SharedGuard {
-    pub fn name(&self) -> &str {
-        &self.name
+    fn new(held: Held, members: Vec<Member>) -> Self {
+        SharedGuard {
+            hold: held.hold,
+            lost: held.lost_signal(),
+            members: members.into(),
+            held: Arc::new(tokio::sync::Mutex::new(Some(held))),
+        }
     }
 
+    /// The lock's name (a multi-lock's first, in canonical order).
+    pub fn name(&self) -> &str {
+        &self.members[0].name
+    }
+
+    /// The lock's fencing token (a multi-lock's first lock's; see [`members`](Self::members)).
     pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+        self.members[0].fencing_token
+    }
+
+    /// Each lock's name and fencing token: one, or a multi-lock's in canonical order.
+    pub fn members(&self) -> &[Member] {
+        &self.members
     }
 
     pub fn lost_signal(&self) -> &LostSignal {
@@ -497,19 +694,20 @@ impl SharedGuard {
 
     /// True while held: not released, not lost.
     pub fn is_held(&self) -> bool {
-        self.lost.reason().is_none() && self.guard.try_lock().map(|g| g.is_some()).unwrap_or(true)
+        self.lost.reason().is_none() && self.held.try_lock().map(|g| g.is_some()).unwrap_or(true)
     }
 
     /// Releases the lock; a second release fails with [`dlock_core::Error::NotHeld`].
     pub async fn release(&self) -> Result<(), Error> {
-        let taken = self.guard.lock().await.take();
-        taken.ok_or(self.released())?.release().await
+        let taken = self.held.lock().await.take();
+        let span = tracing::debug_span!("release", lock = %self.name());
+        taken.ok_or(self.released())?.release(span).await
     }
 
     /// Renews now with `lease`; see [`Guard::extend`].
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
-        let guard = self.guard.lock().await;
-        guard.as_ref().ok_or(self.released())?.extend(lease).await
+        let held = self.held.lock().await;
+        held.as_ref().ok_or(self.released())?.extend(lease).await
     }
 
     fn released(&self) -> Error {
@@ -535,18 +733,5 @@ impl LostSignal {
         let mut lost = self.lost.clone();
         let reason = lost.wait_for(Option::is_some).await.map(|r| r.clone());
         reason.unwrap_or_else(|_| lost.borrow().clone())
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if !self.released && !self.is_lost() {
-            let op = OpId(self.client.next_id());
-            let _ = self.client.send(Call::Release {
-                op,
-                hold: self.hold,
-                reply: None,
-            });
-        }
     }
 }

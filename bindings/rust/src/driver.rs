@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{
-    Acquire, Command, Event, HoldId, Input, Instant, LostReason, NotAcquired, Notice, OpId, Output,
-    Reply, RequestId, Wait,
+    Acquire, AcquireMulti, Command, Event, HoldId, Input, Instant, LostReason, Member, NotAcquired,
+    Notice, OpId, Output, Reply, RequestId, Wait,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -18,13 +18,16 @@ use crate::Error;
 use crate::machine::{Machine, MachineError};
 use crate::transport::{Pending, Transport};
 
-/// What the driver hands back for a successful acquire.
+/// What the driver hands back for a successful acquire: the lock's fencing token, or a
+/// multi-lock's members.
 #[derive(Debug)]
-pub(crate) struct Granted {
+pub(crate) struct Granted<T> {
     pub(crate) hold: HoldId,
-    pub(crate) fencing_token: u64,
+    pub(crate) tokens: T,
     pub(crate) lost: watch::Receiver<Option<LostReason>>,
 }
+
+pub(crate) type GrantReply<T> = oneshot::Sender<Result<Option<Granted<T>>, Error>>;
 
 /// A call from the public API.
 #[derive(Debug)]
@@ -37,7 +40,16 @@ pub(crate) enum Call {
         /// `None`: wait as long as it takes; zero: try once.
         wait: Option<Duration>,
         max_hold: Option<Duration>,
-        reply: oneshot::Sender<Result<Option<Granted>, Error>>,
+        reply: GrantReply<u64>,
+    },
+    AcquireMulti {
+        op: OpId,
+        names: Vec<String>,
+        lease: Duration,
+        /// As for `Acquire`.
+        wait: Option<Duration>,
+        max_hold: Option<Duration>,
+        reply: GrantReply<Vec<Member>>,
     },
     Release {
         op: OpId,
@@ -74,7 +86,8 @@ impl std::future::Future for InFlight {
 }
 
 enum Waiter {
-    Acquire(oneshot::Sender<Result<Option<Granted>, Error>>),
+    Acquire(GrantReply<u64>),
+    AcquireMulti(GrantReply<Vec<Member>>),
     Done(Option<oneshot::Sender<Result<(), Error>>>),
 }
 
@@ -83,6 +96,9 @@ impl Waiter {
     fn fail(self, error: Error) {
         match self {
             Waiter::Acquire(reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Waiter::AcquireMulti(reply) => {
                 let _ = reply.send(Err(error));
             }
             Waiter::Done(Some(reply)) => {
@@ -203,28 +219,45 @@ impl Driver {
 
     fn call(&mut self, call: Call) {
         let now = self.now();
+        let wait = |wait: Option<Duration>| match wait {
+            None => Wait::Forever,
+            Some(d) if d.is_zero() => Wait::No,
+            Some(d) => Wait::Until(now + d),
+        };
         let command = match call {
             Call::Acquire {
                 op,
                 name,
                 owner,
                 lease,
-                wait,
+                wait: wait_for,
                 max_hold,
                 reply,
             } => {
                 self.waiting.insert(op, Waiter::Acquire(reply));
-                let wait = match wait {
-                    None => Wait::Forever,
-                    Some(d) if d.is_zero() => Wait::No,
-                    Some(d) => Wait::Until(now + d),
-                };
                 Command::Acquire(Acquire {
                     op,
                     name,
                     owner,
                     lease,
-                    wait,
+                    wait: wait(wait_for),
+                    max_hold,
+                })
+            }
+            Call::AcquireMulti {
+                op,
+                names,
+                lease,
+                wait: wait_for,
+                max_hold,
+                reply,
+            } => {
+                self.waiting.insert(op, Waiter::AcquireMulti(reply));
+                Command::AcquireMulti(AcquireMulti {
+                    op,
+                    names,
+                    lease,
+                    wait: wait(wait_for),
                     max_hold,
                 })
             }
@@ -263,6 +296,24 @@ impl Driver {
         }
     }
 
+    /// Hands an acquired hold to its caller, with a loss signal; when the caller is gone (the
+    /// acquire future was dropped) it is given back.
+    fn granted<T>(&mut self, reply: GrantReply<T>, hold: HoldId, tokens: T) {
+        let lost = self
+            .lost
+            .entry(hold)
+            .or_insert_with(|| watch::channel(None).0)
+            .subscribe();
+        if let Err(Ok(Some(granted))) = reply.send(Ok(Some(Granted { hold, tokens, lost }))) {
+            let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
+            self.call(Call::Release {
+                op,
+                hold: granted.hold,
+                reply: None,
+            });
+        }
+    }
+
     fn event(&mut self, event: Event) {
         let waiter = event.terminal_op().and_then(|op| self.waiting.remove(&op));
         match (event, waiter) {
@@ -276,31 +327,17 @@ impl Driver {
                 Some(Waiter::Acquire(reply)),
             ) => {
                 tracing::debug!(hold = hold.0, fencing_token, count, "acquired");
-                let lost = self
-                    .lost
-                    .entry(hold)
-                    .or_insert_with(|| watch::channel(None).0)
-                    .subscribe();
-                if let Err(Ok(Some(granted))) = reply.send(Ok(Some(Granted {
-                    hold,
-                    fencing_token,
-                    lost,
-                }))) {
-                    // Nobody is waiting for it any more (the acquire future was dropped): give it back.
-                    let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
-                    self.call(Call::Release {
-                        op,
-                        hold: granted.hold,
-                        reply: None,
-                    });
-                }
+                self.granted(reply, hold, fencing_token);
+            }
+            (Event::AcquiredMulti { hold, members, .. }, Some(Waiter::AcquireMulti(reply))) => {
+                tracing::debug!(hold = hold.0, ?members, "acquired a multi-lock");
+                self.granted(reply, hold, members);
             }
             (Event::NotAcquired { reason, .. }, Some(Waiter::Acquire(reply))) => {
-                let _ = reply.send(match reason {
-                    NotAcquired::Busy => Ok(None),
-                    NotAcquired::TimedOut => Err(Error::WaitTimedOut),
-                    NotAcquired::Cancelled => Err(Error::Closed),
-                });
+                let _ = reply.send(not_acquired(reason));
+            }
+            (Event::NotAcquired { reason, .. }, Some(Waiter::AcquireMulti(reply))) => {
+                let _ = reply.send(not_acquired(reason));
             }
             (Event::Released { hold, count, .. }, Some(Waiter::Done(reply))) => {
                 tracing::debug!(hold = hold.0, count, "released");
@@ -331,6 +368,15 @@ impl Driver {
             }
             (event, _) => tracing::error!(?event, "event with no matching command"),
         }
+    }
+}
+
+/// An acquire that ended without the lock, as the public API reports it: busy is `None`.
+fn not_acquired<T>(reason: NotAcquired) -> Result<Option<T>, Error> {
+    match reason {
+        NotAcquired::Busy => Ok(None),
+        NotAcquired::TimedOut => Err(Error::WaitTimedOut),
+        NotAcquired::Cancelled => Err(Error::Closed),
     }
 }
 

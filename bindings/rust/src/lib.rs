@@ -30,8 +30,10 @@ mod machine;
 mod transport;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, SharedGuard,
+    Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, MultiGuard,
+    MultiLockBuilder, SharedGuard,
 };
+pub use dlock_core::Member;
 pub use dlock_core::redis::{FencedWrite, LockStatus};
 pub use error::{Error, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};

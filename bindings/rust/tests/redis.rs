@@ -524,3 +524,37 @@ async fn lock_delay_keeps_a_lapsed_lock_from_the_next_holder() {
     got.release().await.unwrap();
     proxy.blackhole(false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_are_all_or_none_and_never_deadlock() {
+    let server = RedisServer::start();
+    common::multi_all_or_none(&server.url()).await;
+    common::multi_contend(&server.url(), 3, 2, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_one_lock_of_a_multi_lock_loses_it_and_frees_the_others() {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client
+        .multi_lock(["m/x", "m/y", "m/z"])
+        .lease(300 * MS)
+        .acquire()
+        .await
+        .unwrap();
+    // An operator deletes one lock's key: the next renewal finds it not ours.
+    let mut con = raw(&server).await;
+    let _: () = con.del(LockKeys::new("m/y").lock).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("told lost within a renewal or two");
+    assert_eq!(reason, LostReason::NotOwner);
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::Lost(LostReason::NotOwner))
+    ));
+    for name in ["m/x", "m/z"] {
+        let status = client.status(name).await.unwrap();
+        assert_eq!(status.owner, None, "{name} was given back");
+    }
+}

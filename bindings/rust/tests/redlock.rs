@@ -61,6 +61,13 @@ async fn five_nodes_exclude_count_exactly_and_fence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_are_all_or_none_and_never_deadlock() {
+    let nodes = servers(3);
+    common::multi_all_or_none(&url(&nodes)).await;
+    common::multi_contend(&url(&nodes), 2, 2, 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_down_changes_nothing_and_a_majority_down_loses_the_lock() {
     let mut nodes = servers(5);
     let url = url(&nodes);

@@ -34,6 +34,13 @@ async fn mutual_exclusion_and_increasing_tokens_across_clients() {
     assert_eq!((status.owner, status.waiters.len()), (None, 0));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_are_all_or_none_and_never_deadlock() {
+    let zk = ZkEnsemble::start(1);
+    common::multi_all_or_none(&zk.url()).await;
+    common::multi_contend(&zk.url(), 2, 2, 6).await;
+}
+
 #[tokio::test]
 async fn reentrancy_try_acquire_and_status() {
     let zk = ZkEnsemble::start(1);

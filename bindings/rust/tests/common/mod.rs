@@ -77,3 +77,158 @@ pub(crate) async fn contend(url: &str, clients: usize, tasks: usize, rounds: usi
         "fencing tokens not increasing: {tokens:?}"
     );
 }
+
+/// `clients` clients with `tasks` tasks each take `rounds` multi-locks of three of four names,
+/// each task giving its names in another order, and do a racy read-modify-write of one counter
+/// per name under it. Every name's count must come out exact (no two holders of a name, all
+/// or none of a set), tokens must grow per name, and nobody may deadlock on overlapping sets.
+pub(crate) async fn multi_contend(url: &str, clients: usize, tasks: usize, rounds: usize) {
+    const NAMES: [&str; 4] = ["multi/a", "multi/b", "multi/c", "multi/d"];
+    let inside: Arc<[AtomicBool; 4]> = Arc::new(Default::default());
+    let counters: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
+    let tokens = Arc::new(std::sync::Mutex::new(vec![Vec::new(); 4]));
+    let mut expected = [0u64; 4];
+    let mut handles = Vec::new();
+    for c in 0..clients {
+        let client = connect(url).await.expect("connect");
+        for t in 0..tasks {
+            let worker = c * tasks + t;
+            let sets: Vec<Vec<usize>> = (0..rounds)
+                .map(|r| {
+                    let skip = (worker + r) % 4;
+                    let mut set: Vec<usize> = (0..4).filter(|&i| i != skip).collect();
+                    if worker % 2 == 1 {
+                        set.reverse();
+                    }
+                    set
+                })
+                .collect();
+            for i in sets.iter().flatten() {
+                expected[*i] += 1;
+            }
+            let (client, inside, counters, tokens) = (
+                client.clone(),
+                inside.clone(),
+                counters.clone(),
+                tokens.clone(),
+            );
+            handles.push(tokio::spawn(async move {
+                for set in sets {
+                    let names = set.iter().map(|&i| NAMES[i]);
+                    let guard = client
+                        .multi_lock(names)
+                        .lease(std::time::Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    let mut sorted = set.clone();
+                    sorted.sort_unstable();
+                    let got: Vec<&str> = guard.members().iter().map(|m| m.name.as_str()).collect();
+                    let want: Vec<&str> = sorted.iter().map(|&i| NAMES[i]).collect();
+                    assert_eq!(got, want, "members in canonical order");
+                    for (&i, m) in sorted.iter().zip(guard.members()) {
+                        assert!(
+                            !inside[i].swap(true, Ordering::SeqCst),
+                            "two holders of {}",
+                            m.name
+                        );
+                        tokens.lock().unwrap()[i].push(m.fencing_token);
+                    }
+                    let seen: Vec<u64> = sorted
+                        .iter()
+                        .map(|&i| counters[i].load(Ordering::SeqCst))
+                        .collect();
+                    tokio::task::yield_now().await;
+                    for (&i, seen) in sorted.iter().zip(seen) {
+                        counters[i].store(seen + 1, Ordering::SeqCst);
+                        inside[i].store(false, Ordering::SeqCst);
+                    }
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    let all = async {
+        for h in handles {
+            h.await.expect("task");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect("multi-locks of overlapping sets deadlocked");
+    for i in 0..4 {
+        assert_eq!(
+            counters[i].load(Ordering::SeqCst),
+            expected[i],
+            "{}",
+            NAMES[i]
+        );
+        let tokens = &tokens.lock().unwrap()[i];
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "{}: fencing tokens not increasing: {tokens:?}",
+            NAMES[i]
+        );
+    }
+}
+
+/// A multi-lock is all or none: a try or a timed-out wait that meets one busy name holds
+/// nothing afterwards, and an acquired one holds every name until released. Bad sets are
+/// refused before anything is sent.
+pub(crate) async fn multi_all_or_none(url: &str) {
+    use std::time::Duration;
+    let (a, b) = (connect(url).await.unwrap(), connect(url).await.unwrap());
+    let names = ["set/3", "set/1", "set/2", "set/1"];
+    // What an abandoned multi-lock took is given back in the background: soon, not at once.
+    let free = |client: &Client, name: &'static str| {
+        let client = client.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while client.status(name).await.unwrap().owner.is_some() {
+                if tokio::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            true
+        }
+    };
+    let single = b.lock("set/2").acquire().await.unwrap();
+    assert!(a.multi_lock(names).try_acquire().await.unwrap().is_none());
+    assert!(free(&a, "set/1").await, "a failed try holds nothing");
+    let waited = a
+        .multi_lock(names)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(matches!(waited, Err(Error::WaitTimedOut)), "{waited:?}");
+    assert!(free(&a, "set/1").await, "a timed-out wait holds nothing");
+    // A waiting multi-lock gets the set once the busy name is released.
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move { a.multi_lock(names).acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    single.release().await.unwrap();
+    let guard = waiting.await.unwrap().unwrap();
+    let got: Vec<&str> = guard.members().iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(got, ["set/1", "set/2", "set/3"]);
+    for m in guard.members() {
+        let status = b.status(&m.name).await.unwrap();
+        assert!(status.owner.is_some(), "{} is held", m.name);
+        assert_eq!(guard.fencing_token(&m.name), Some(m.fencing_token));
+    }
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(b.lock("set/3").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    for name in ["set/1", "set/2", "set/3"] {
+        assert!(free(&b, name).await, "{name} is free after the release");
+    }
+    let many: Vec<String> = (0..=dlock_core::MAX_MULTI)
+        .map(|i| format!("n{i}"))
+        .collect();
+    for bad in [vec![], many, vec!["ok".into(), String::new()]] {
+        let err = a.multi_lock(bad).try_acquire().await.unwrap_err();
+        assert!(err.is_misuse(), "{err:?}");
+    }
+}

@@ -1,0 +1,59 @@
+// Multi-locks: several names acquired as one, all or none, on redis:// and zk://.
+import { test, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+
+import { connect } from 'dlock'
+import { startRedis } from './redis.mjs'
+import { startZooKeeper } from './zookeeper.mjs'
+
+const servers = {}
+before(async () => {
+  servers.redis = await startRedis()
+  servers.zookeeper = await startZooKeeper()
+})
+after(() => {
+  servers.redis.stop()
+  servers.zookeeper.stop()
+})
+
+async function eventuallyFree(client, name) {
+  const deadline = Date.now() + 5000
+  while ((await client.status(name)).owner !== null) {
+    assert.ok(Date.now() < deadline, `${name} was not given back`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+for (const backend of ['redis', 'zookeeper']) {
+  test(`a multi-lock on ${backend} is all or none, in canonical order`, async () => {
+    const url = servers[backend].url
+    const a = await connect(url)
+    const b = await connect(url)
+    const single = await b.lock('set/2').acquire()
+    assert.equal(await a.multiLock(['set/3', 'set/1', 'set/2']).tryAcquire(), null)
+    await assert.rejects(a.multiLock(['set/3', 'set/1', 'set/2'], { waitMs: 300 }).acquire(), { code: 'DLOCK_TIMEOUT' })
+    await eventuallyFree(b, 'set/1')
+    const waiting = a.multiLock(['set/3', 'set/1', 'set/2', 'set/1']).acquire()
+    await single.release()
+    const held = await waiting
+    assert.deepEqual(Object.keys(held.fencingTokens), ['set/1', 'set/2', 'set/3'])
+    for (const [name, token] of Object.entries(held.fencingTokens)) {
+      assert.equal(typeof token, 'bigint')
+      assert.equal((await b.status(name)).fencingToken, token)
+    }
+    assert.equal(await b.lock('set/3').tryAcquire(), null)
+    await held.extend(10_000)
+    await held.release()
+    for (const name of ['set/1', 'set/2', 'set/3']) assert.equal((await b.status(name)).owner, null)
+    await assert.rejects(a.multiLock([]).acquire(), { code: 'DLOCK_INVALID_ARGUMENT' })
+    const controller = new AbortController()
+    const blocker = await b.lock('set/9').acquire()
+    const aborted = a.multiLock(['set/8', 'set/9']).acquire({ signal: controller.signal })
+    setTimeout(() => controller.abort(), 100)
+    await assert.rejects(aborted)
+    await eventuallyFree(b, 'set/8')
+    await blocker.release()
+    await a.close()
+    await b.close()
+  })
+}
