@@ -52,6 +52,7 @@ impl Worker {
             lease: Duration::from_secs(2),
             wait: Wait::Forever,
             max_hold: None,
+            fair: true,
         }))
     }
 

@@ -53,6 +53,7 @@
 //!     lease: Duration::from_secs(10),
 //!     wait: Wait::No,
 //!     max_hold: None,
+//!     fair: true,
 //! };
 //! engine.handle_input(Instant::from_nanos(1), Input::Command(Command::Acquire(acquire)));
 //! let mut requests = 0;

@@ -462,6 +462,7 @@ impl Multis {
                 lease,
                 wait,
                 max_hold,
+                fair: true,
             })));
     }
 

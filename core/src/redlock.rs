@@ -23,7 +23,9 @@ use std::collections::BTreeMap;
 use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
-use crate::redis::{self, AcquireReply, LockKeys, LockStatus, Mode, RedisOp, ReleaseReply, Value};
+use crate::redis::{
+    self, AcquireReply, Fairness, LockKeys, LockStatus, Mode, RedisOp, ReleaseReply, Value,
+};
 use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
@@ -307,6 +309,7 @@ impl Machine {
                 token: String::new(),
                 lease,
                 max_hold,
+                fairness: Fairness::Fair,
                 state: State::Pending(Pending {
                     op: a.op,
                     wait,
@@ -335,7 +338,7 @@ impl Machine {
         }
         // The application stops relying on the lock now, whatever the nodes say.
         let t = self.forget(hold.0).ok_or(Error::NotHeld { hold })?;
-        let req = redis::release(&t.keys, &t.token, 0);
+        let req = redis::release(&t.keys, &t.token, 0, Fairness::Fair);
         self.round(RoundKind::Release { op }, vec![(hold.0, t.lease)], req);
         Ok(())
     }
@@ -380,7 +383,15 @@ impl Machine {
             error: None,
         });
         let lease = t.lease + self.lock_delay;
-        let op = redis::acquire(&t.keys, &t.token, lease, 1, Mode::Try, lease);
+        let op = redis::acquire(
+            &t.keys,
+            &t.token,
+            lease,
+            1,
+            Mode::Try,
+            lease,
+            Fairness::Fair,
+        );
         let timeout = node_timeout(self.base.request_timeout, t.lease);
         for node in 0..nodes {
             let purpose = Purpose::Acquire { seq, round, node };
@@ -910,7 +921,7 @@ impl Machine {
         if self.base.closed {
             return;
         }
-        let op = redis::release(&t.keys, token, 0);
+        let op = redis::release(&t.keys, token, 0, Fairness::Fair);
         let timeout = node_timeout(self.base.request_timeout, t.lease);
         self.send(node, op, Purpose::Cleanup, timeout);
     }

@@ -7,7 +7,7 @@ use core::time::Duration;
 use std::collections::BTreeMap;
 
 use crate::engine::HoldInfo;
-use crate::redis::{self, LockKeys, RedisOp};
+use crate::redis::{self, Fairness, LockKeys, RedisOp};
 use crate::time::{Instant, drift};
 use crate::timers::{Timer, Timers};
 use crate::types::OpId;
@@ -22,6 +22,8 @@ pub(crate) struct Tenure<P> {
     pub(crate) token: String,
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
+    /// How its acquires and its final release treat waiters (one Redis; Redlock never queues).
+    pub(crate) fairness: Fairness,
     pub(crate) state: State<P>,
 }
 

@@ -51,6 +51,12 @@ pub struct Acquire {
     /// Stop renewing and release this long after the tenure began. `None`: renew until
     /// released.
     pub max_hold: Option<Duration>,
+    /// Fair (the default): waiters are served first come, first served, and a release hands
+    /// the lock to the next. Non-fair: this acquire takes a free lock even when others
+    /// queue, and its final release frees the lock and wakes the first waiter to race for it
+    /// (more throughput when some waiters are slow to answer, no order). One Redis; Redlock
+    /// never queues, and ZooKeeper refuses non-fair acquires.
+    pub fair: bool,
 }
 
 /// Op ids, owners and hold ids from this value up are the engine's own (multi-locks and their

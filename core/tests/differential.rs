@@ -207,9 +207,17 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         0..=4 => {
             let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
             let count = 1 + rng.below(3) as u32;
-            redis::acquire(&keys, token, lease, count, mode, waiter_lease)
+            redis::acquire(
+                &keys,
+                token,
+                lease,
+                count,
+                mode,
+                waiter_lease,
+                fairness(rng),
+            )
         }
-        5..=6 => redis::release(&keys, token, rng.below(3) as u32),
+        5..=6 => redis::release(&keys, token, rng.below(3) as u32, fairness(rng)),
         7 => redis::dequeue(&keys, token),
         8 => redis::status(&keys),
         _ => {
@@ -230,16 +238,101 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
     }
 }
 
+/// A redis-server and the reference store, fed the same script calls.
+struct Pair {
+    _server: RedisServer,
+    con: resp::Connection,
+    scripts: BTreeMap<Script, resp::Script>,
+    store: Store,
+}
+
+/// The machine stalled a comparison for half a tick: an expiry may have fallen between the
+/// call and the comparison, so the sequence is given up rather than guessed at.
+struct Stalled;
+
+impl Pair {
+    fn start() -> Self {
+        let server = RedisServer::start();
+        let con = resp::Client::open(server.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect");
+        let scripts = Script::ALL
+            .iter()
+            .map(|s| (*s, resp::Script::new(&s.source())))
+            .collect();
+        Pair {
+            _server: server,
+            con,
+            scripts,
+            store: Store::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.store = Store::new();
+        let _: () = resp::cmd("FLUSHALL")
+            .query(&mut self.con)
+            .expect("FLUSHALL");
+    }
+
+    /// Runs `op` on both just after a clock tick; panics when replies or keyspaces differ.
+    fn compare(&mut self, op: RedisOp, what: &str) -> Result<(), Stalled> {
+        let RedisOp::Eval { script, keys, args } = op else {
+            unreachable!()
+        };
+        next_tick(&mut self.con);
+        let at = server_ms(&mut self.con);
+        let mut call = self.scripts[&script].prepare_invoke();
+        for k in &keys {
+            call.key(k);
+        }
+        for a in &args {
+            call.arg(a);
+        }
+        let real = convert(
+            call.invoke::<resp::Value>(&mut self.con)
+                .expect("script runs on redis-server"),
+        );
+        let (dumped, real_keys) = dump_real(&mut self.con);
+        if dumped >= at + TICK_MS / 2 {
+            return Err(Stalled);
+        }
+        let outcome = self
+            .store
+            .eval(at, script, &keys, &args)
+            .expect("script runs on the reference store");
+        let ref_keys = self.store.dump(dumped);
+        let differing: Vec<String> = real_keys
+            .keys()
+            .chain(ref_keys.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| match (real_keys.get(*k), ref_keys.get(*k)) {
+                (Some(a), Some(b)) => !same_text(a, b),
+                (a, b) => a != b,
+            })
+            .map(|k| {
+                format!(
+                    "{k}: redis-server {:?}, reference {:?}",
+                    real_keys.get(k),
+                    ref_keys.get(k)
+                )
+            })
+            .collect();
+        assert!(
+            same_reply(script, &real, &outcome.reply) && differing.is_empty(),
+            "{what}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}\n  reference:    {:?}\n  {}",
+            script.name(),
+            outcome.reply,
+            differing.join("\n  "),
+        );
+        Ok(())
+    }
+}
+
 #[test]
 fn reference_store_matches_redis_server() {
-    let server = RedisServer::start();
-    let mut con = resp::Client::open(server.url())
-        .and_then(|c| c.get_connection())
-        .expect("connect");
-    let scripts: BTreeMap<Script, resp::Script> = Script::ALL
-        .iter()
-        .map(|s| (*s, resp::Script::new(&s.source())))
-        .collect();
+    let mut pair = Pair::start();
     let names = ["orders/42", "a{b}c", "%7B"];
     let tokens: Vec<String> = (0..6)
         .map(|i| redis::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
@@ -252,62 +345,18 @@ fn reference_store_matches_redis_server() {
             continue;
         }
         let mut rng = Rng(seed);
-        let mut store = Store::new();
-        let _: () = resp::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+        pair.reset();
         let mut stalled = false;
         for step in 0..150 {
-            let RedisOp::Eval { script, keys, args } = random_op(&mut rng, &names, &tokens) else {
-                unreachable!()
-            };
-            next_tick(&mut con);
-            let at = server_ms(&mut con);
-            let mut call = scripts[&script].prepare_invoke();
-            for k in &keys {
-                call.key(k);
-            }
-            for a in &args {
-                call.arg(a);
-            }
-            let real = convert(
-                call.invoke::<resp::Value>(&mut con)
-                    .expect("script runs on redis-server"),
-            );
-            let (dumped, real_keys) = dump_real(&mut con);
-            if dumped >= at + TICK_MS / 2 {
-                // This machine stalled us for half a tick: an expiry may have fallen between
-                // the call and the comparison. Give up this sequence rather than guess.
+            let op = random_op(&mut rng, &names, &tokens);
+            if pair
+                .compare(op, &format!("seed {seed} step {step}"))
+                .is_err()
+            {
                 interrupted += 1;
                 stalled = true;
                 break;
             }
-            let reference = store
-                .eval(at, script, &keys, &args)
-                .expect("script runs on the reference store")
-                .reply;
-            let ref_keys = store.dump(dumped);
-            let differing: Vec<String> = real_keys
-                .keys()
-                .chain(ref_keys.keys())
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .filter(|k| match (real_keys.get(*k), ref_keys.get(*k)) {
-                    (Some(a), Some(b)) => !same_text(a, b),
-                    (a, b) => a != b,
-                })
-                .map(|k| {
-                    format!(
-                        "{k}: redis-server {:?}, reference {:?}",
-                        real_keys.get(k),
-                        ref_keys.get(k)
-                    )
-                })
-                .collect();
-            assert!(
-                same_reply(script, &real, &reference) && differing.is_empty(),
-                "seed {seed} step {step}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}\n  reference:    {reference:?}\n  {}",
-                script.name(),
-                differing.join("\n  "),
-            );
             ops += 1;
         }
         if !stalled {
@@ -322,6 +371,65 @@ fn reference_store_matches_redis_server() {
         completed >= 6,
         "too little compared: {completed} of 8 sequences complete, {interrupted} attempts stalled"
     );
+}
+
+/// The non-fair paths, which random calls rarely reach: a release that frees the lock with
+/// waiters queued (and wakes the first), a fair acquire that defers to the queue's head, and
+/// a non-fair one that barges past it — and leaves the queue it was in.
+#[test]
+fn non_fair_scripts_match_redis_server() {
+    use redis::Fairness::*;
+    let mut pair = Pair::start();
+    let keys = LockKeys::new("nf");
+    let t: Vec<String> = (1..=4)
+        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .collect();
+    let lease = Duration::from_secs(60);
+    let acquire =
+        |token: &str, mode, fairness| redis::acquire(&keys, token, lease, 1, mode, lease, fairness);
+    let steps = [
+        (
+            "t0 takes the lock, barging",
+            acquire(&t[0], Mode::Try, NonFair),
+        ),
+        ("t1 queues", acquire(&t[1], Mode::Wait, Fair)),
+        ("t2 queues, non-fair", acquire(&t[2], Mode::Wait, NonFair)),
+        (
+            "t0 frees it, waking t1",
+            redis::release(&keys, &t[0], 0, NonFair),
+        ),
+        ("t3 defers to t1", acquire(&t[3], Mode::Try, Fair)),
+        (
+            "t2 barges from the queue",
+            acquire(&t[2], Mode::Refresh, NonFair),
+        ),
+        ("t1 finds it taken", acquire(&t[1], Mode::Refresh, Fair)),
+        (
+            "t2 hands it to t1, fairly",
+            redis::release(&keys, &t[2], 0, Fair),
+        ),
+        ("t3 queues", acquire(&t[3], Mode::Wait, NonFair)),
+        (
+            "t1 frees it for t3",
+            redis::release(&keys, &t[1], 0, NonFair),
+        ),
+        ("t3 takes it", acquire(&t[3], Mode::Refresh, Fair)),
+        (
+            "t3 frees it with nobody waiting",
+            redis::release(&keys, &t[3], 0, NonFair),
+        ),
+    ];
+    for attempt in 0..5 {
+        pair.reset();
+        let all = steps
+            .iter()
+            .try_for_each(|(what, op)| pair.compare(op.clone(), what));
+        if all.is_ok() {
+            return;
+        }
+        println!("attempt {attempt} stalled; again");
+    }
+    panic!("every attempt was stalled by the machine");
 }
 
 /// The fenced write ([`redis::FENCED_WRITE`]) against the reference store: random tokens
@@ -413,4 +521,14 @@ fn comparisons_allow_only_clock_drift_in_tokens() {
         &Value::Int(1_764_470_000_001_000)
     ));
     assert!(!same_value(&Value::Int(5), &Value::Int(6)));
+}
+
+/// Fair two times in three: non-fair ACQUIREs barge past the queue, non-fair RELEASEs free the
+/// lock and wake the first waiter.
+fn fairness(rng: &mut Rng) -> redis::Fairness {
+    if rng.below(3) == 0 {
+        redis::Fairness::NonFair
+    } else {
+        redis::Fairness::Fair
+    }
 }

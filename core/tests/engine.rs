@@ -142,6 +142,7 @@ fn acquire(op: u64, name: &str, owner: u64, lease: Duration, wait: Wait) -> Comm
         lease,
         wait,
         max_hold: None,
+        fair: true,
     })
 }
 
@@ -196,6 +197,7 @@ fn invalid_input_is_refused_before_anything_is_sent() {
                 lease: SEC,
                 wait: Wait::No,
                 max_hold: Some(Duration::ZERO),
+                fair: true,
             }),
             Error::InvalidLease {
                 lease: Duration::ZERO,
@@ -485,6 +487,7 @@ fn max_hold_stops_renewal_and_releases() {
             lease: SEC,
             wait: Wait::No,
             max_hold: Some(Duration::from_millis(2500)),
+            fair: true,
         }),
     );
     let (hold, _, _) = acquired(&bed.take(0));
@@ -558,7 +561,9 @@ fn a_lost_wake_up_costs_at_most_a_third_of_the_waiter_lease() {
     let keys = LockKeys::new("a");
     let token = redis::owner_token(ClientId(0xabc0), hold.0);
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
-    let RedisOp::Eval { script, keys, args } = redis::release(&keys, &token, 0) else {
+    let RedisOp::Eval { script, keys, args } =
+        redis::release(&keys, &token, 0, redis::Fairness::Fair)
+    else {
         unreachable!()
     };
     bed.store.eval(ms, script, &keys, &args).unwrap();
@@ -1065,7 +1070,8 @@ fn losing_one_member_loses_the_multi_lock_once_and_frees_the_rest() {
     // "b" is freed behind the holder's back (say, by an operator), and another client takes
     // it. The members were the engine's first tenures: "a" is 1, "b" is 2.
     let token = redis::owner_token(ClientId(0xabc0), 2);
-    let RedisOp::Eval { script, keys, args } = redis::release(&LockKeys::new("b"), &token, 0)
+    let RedisOp::Eval { script, keys, args } =
+        redis::release(&LockKeys::new("b"), &token, 0, redis::Fairness::Fair)
     else {
         panic!("release is a script")
     };
@@ -1184,4 +1190,115 @@ fn bad_multi_locks_are_refused_before_anything_is_sent() {
             .any(|e| matches!(e, Event::AcquiredMulti { op: OpId(8), .. })),
         "{events:?}"
     );
+}
+
+// --- fair and non-fair ---
+
+fn non_fair(op: u64, name: &str, wait: Wait) -> Command {
+    match acquire(op, name, 1, 10 * SEC, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire { fair: false, ..a }),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_non_fair_acquire_barges_past_the_queue_and_a_fair_one_does_not() {
+    let mut bed = Bed::new(3);
+    bed.cmd(0, non_fair(1, "x", Wait::No));
+    let (first, _, _) = acquired(&bed.take(0));
+    // Client 1 queues; its link is cut, so the wake-up it gets when the lock is freed leads
+    // to a request that is never answered: the lock stays free, with client 1 at the head of
+    // the queue.
+    bed.acquire(1, 1, "x", Wait::Forever);
+    assert!(bed.take(1).is_empty());
+    bed.cut[1] = true;
+    bed.take_sent(0);
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(2),
+            hold: first,
+        },
+    );
+    assert_eq!(bed.take(0).len(), 1);
+    match bed.take_sent(0).as_slice() {
+        [RedisOp::Eval { args, .. }] => assert_eq!(args.last().map(String::as_str), Some("free")),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        bed.take_sent(1)
+            .iter()
+            .any(|op| matches!(op, RedisOp::Eval { script, .. } if script.name() == "acquire")),
+        "the freed lock's first waiter was woken and came to take it"
+    );
+    // A fair try defers to the live head of the queue; a non-fair one takes the free lock.
+    bed.acquire(2, 1, "x", Wait::No);
+    assert_eq!(
+        bed.take(2),
+        [Event::NotAcquired {
+            op: OpId(1),
+            reason: NotAcquired::Busy
+        }]
+    );
+    bed.cmd(2, non_fair(2, "x", Wait::No));
+    let (barger, _, _) = acquired(&bed.take(2));
+    // The barger's (non-fair) release frees the lock again and wakes client 1, now heard.
+    bed.cut[1] = false;
+    bed.advance(3 * SEC); // client 1's unanswered request times out; it asks again, queued
+    bed.take(1);
+    bed.cmd(
+        2,
+        Command::Release {
+            op: OpId(3),
+            hold: barger,
+        },
+    );
+    bed.take(2);
+    let events = bed.take(1);
+    assert!(
+        matches!(events.as_slice(), [Event::Acquired { op: OpId(1), .. }]),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_fair_release_hands_over_even_to_a_non_fair_waiter() {
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "x", Wait::No);
+    let (first, _, _) = acquired(&bed.take(0));
+    bed.cmd(1, non_fair(1, "x", Wait::Forever));
+    assert!(bed.take(1).is_empty());
+    bed.take_sent(0);
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(2),
+            hold: first,
+        },
+    );
+    match bed.take_sent(0).as_slice() {
+        [RedisOp::Eval { args, .. }] => assert_eq!(args.len(), 2, "a fair release: {args:?}"),
+        other => panic!("{other:?}"),
+    }
+    acquired(&bed.take(1));
+}
+
+#[test]
+fn zookeeper_refuses_non_fair_acquires_before_sending_anything() {
+    let mut config = Config::new(ClientId(9));
+    config.protocol = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
+    let mut zk = Engine::new(config, Instant::from_nanos(0)).unwrap();
+    while zk.poll_output().is_some() {}
+    zk.handle_input(
+        Instant::from_nanos(1),
+        Input::Command(non_fair(1, "x", Wait::No)),
+    );
+    match zk.poll_output() {
+        Some(Output::Event(Event::Failed {
+            op: OpId(1),
+            error: Error::InvalidArgument(_),
+        })) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(zk.poll_output(), None, "nothing sent");
 }

@@ -234,6 +234,7 @@ fn fuzz_engine_inputs() {
                                 _ => Wait::Until(now + duration(&mut rng)),
                             },
                             max_hold: rng.chance(200).then(|| duration(&mut rng)),
+                            fair: rng.below(3) != 0,
                         }),
                         2 => Command::Release {
                             op: OpId(op),

@@ -143,6 +143,7 @@ impl Bed {
             1,
             dlock_core::redis::Mode::Try,
             LEASE,
+            dlock_core::redis::Fairness::Fair,
         );
         let RedisOp::Eval { script, keys, args } = op else {
             unreachable!()
@@ -173,6 +174,7 @@ fn acquire(op: u64, wait: Wait) -> Command {
         lease: LEASE,
         wait,
         max_hold: None,
+        fair: true,
     })
 }
 

@@ -12,7 +12,9 @@
 //! connection broken after two thirds without an answer; the server expires sessions it has
 //! not heard from for the session timeout, deleting their ephemeral nodes and firing
 //! watches. Redlock nodes crash and come back empty (no persistence) after staying down for
-//! longer than any lease, the restart delay Redlock's safety needs. After every step it checks:
+//! longer than any lease, the restart delay Redlock's safety needs. Redis and Redlock clients
+//! make a third of their acquires non-fair (PROTOCOL.md §5), so fair and non-fair holders and
+//! waiters mix on the same locks. After every step it checks:
 //!
 //! 1. at most one holder per lock whose local validity (mapped to true time) has not run out;
 //! 2. fencing tokens of new tenures strictly increase per lock, in the order the holders
@@ -919,6 +921,8 @@ impl World {
             }
             let name = (*self.rng.pick(&NAMES)).to_owned();
             let owner = self.rng.range(1, 2);
+            // Non-fair acquires barge and free on release (ZooKeeper is always fair).
+            let fair = self.zk.is_some() || !self.rng.chance(333);
             // One outstanding acquire per (name, owner); reentry when held.
             if self.clients[c].ops.values().any(
                 |k| matches!(k, OpKind::Acquire { name: n, owner: o } if *n == name && *o == owner),
@@ -937,6 +941,7 @@ impl World {
                     lease,
                     wait,
                     max_hold,
+                    fair,
                 })
             })
         }

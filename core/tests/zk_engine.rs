@@ -120,6 +120,7 @@ fn acquire(op: u64, wait: Wait) -> Command {
         lease: Duration::from_secs(1),
         wait,
         max_hold: None,
+        fair: true,
     })
 }
 

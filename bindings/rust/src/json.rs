@@ -115,6 +115,13 @@ impl<'a> Field<'a> {
         self.u64().map(Instant::from_nanos)
     }
 
+    fn bool(&self) -> Result<bool> {
+        match self.required()? {
+            Json::Bool(b) => Ok(*b),
+            _ => self.fail("expected true or false"),
+        }
+    }
+
     fn array(&self) -> Result<&'a [Json]> {
         match self.required()? {
             Json::Array(items) => Ok(items),
@@ -291,6 +298,10 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
             lease: f.get("lease_ms").ms()?,
             wait: wait()?,
             max_hold: max_hold()?,
+            fair: {
+                let fair = f.get("fair");
+                fair.is_absent() || fair.bool()?
+            },
         })),
         "acquire-multi" => Input::Command(Command::AcquireMulti(AcquireMulti {
             op: op()?,
@@ -427,15 +438,22 @@ pub fn input_to_json(input: &Input) -> Json {
         Wait::Until(t) => json!({ "until": t.as_nanos() }),
     };
     match input {
-        Input::Command(Command::Acquire(a)) => json!({
-            "type": "acquire",
-            "op": a.op.0,
-            "name": a.name,
-            "owner": a.owner,
-            "lease_ms": ms(a.lease),
-            "wait": wait(&a.wait),
-            "max_hold_ms": a.max_hold.map(ms),
-        }),
+        Input::Command(Command::Acquire(a)) => {
+            let mut json = json!({
+                "type": "acquire",
+                "op": a.op.0,
+                "name": a.name,
+                "owner": a.owner,
+                "lease_ms": ms(a.lease),
+                "wait": wait(&a.wait),
+                "max_hold_ms": a.max_hold.map(ms),
+            });
+            // Fair is the default; only a non-fair acquire says so.
+            if !a.fair {
+                json["fair"] = json!(false);
+            }
+            json
+        }
         Input::Command(Command::AcquireMulti(m)) => json!({
             "type": "acquire-multi",
             "op": m.op.0,
@@ -703,6 +721,7 @@ mod tests {
             lease: Duration::from_millis(1500),
             wait: Wait::Until(Instant::from_nanos(9)),
             max_hold: Some(Duration::from_secs(3)),
+            fair: false,
         })));
         roundtrip(Input::Command(Command::AcquireMulti(AcquireMulti {
             op: OpId(2),

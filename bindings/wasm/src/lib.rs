@@ -150,6 +150,7 @@ fn command(c: Command) -> core_::Command {
             lease: Duration::from_nanos(a.lease),
             wait: wait(a.wait),
             max_hold: a.max_hold.map(Duration::from_nanos),
+            fair: a.fair,
         }),
         Command::AcquireMulti(m) => core_::Command::AcquireMulti(core_::AcquireMulti {
             op: core_::OpId(m.op),

@@ -246,6 +246,7 @@ fn to_wit(input: dlock_core::Input) -> Input {
                 lease: nanos(a.lease),
                 wait: wait(a.wait),
                 max_hold: a.max_hold.map(nanos),
+                fair: a.fair,
             }),
             dlock_core::Command::AcquireMulti(m) => Command::AcquireMulti(AcquireMulti {
                 op: m.op.0,

@@ -105,6 +105,7 @@ fn native_and_wasm_engines_give_identical_outputs() {
                     Wait::Until(now + Duration::from_millis(200)),
                 ][rng.below(3) as usize],
                 max_hold: None,
+                fair: rng.below(3) != 0,
             }),
             5..=7 if !t.holds.is_empty() => Command::Release {
                 op,

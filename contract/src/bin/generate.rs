@@ -391,6 +391,7 @@ fn acquire(op: u64, name: &str, owner: u64, lease_ms: u64, wait: Wait) -> Comman
         lease: Duration::from_millis(lease_ms),
         wait,
         max_hold: None,
+        fair: true,
     })
 }
 
@@ -839,7 +840,25 @@ fn redis_only() -> Vec<Json> {
     b.held.clear();
     out.push(b.finish());
 
+    let mut b = Bed::redis(
+        "redis-non-fair",
+        "Non-fair ACQUIREs carry 'barge'. A non-fair release frees the lock instead of handing it over and wakes the first waiter with 'free'; the waiter comes and takes it with its own ACQUIRE. The subject's own non-fair release says 'free'.",
+    );
+    b.ghost(1, non_fair(1, "jobs", Wait::No))
+        .command(non_fair(1, "jobs", Wait::Forever))
+        .ghost(1, release(2, HoldId(1)));
+    let h = b.hold(1);
+    b.ghost(1, wait_lock(3, "jobs")).command(release(2, h));
+    out.push(b.finish());
+
     out
+}
+
+fn non_fair(op: u64, name: &str, wait: Wait) -> Command {
+    match acquire(op, name, 1, 10_000, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire { fair: false, ..a }),
+        _ => unreachable!(),
+    }
 }
 
 fn redlock(name: &'static str, about: &'static str) -> Bed {

@@ -6,7 +6,9 @@ use core::time::Duration;
 use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
-use crate::redis::{self, AcquireReply, LockKeys, Mode, RedisOp, ReleaseReply, Value};
+use crate::redis::{
+    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value, Wake,
+};
 use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
@@ -31,6 +33,9 @@ struct Pending {
     /// The fencing token of a hand-off notice not yet acted on (it arrived while a request
     /// was under way, whose reply may prove it fresh).
     woken: Option<u64>,
+    /// A non-fair release freed the lock and woke us while a request was under way: look
+    /// again as soon as it is answered.
+    free: bool,
     in_flight: bool,
 }
 
@@ -154,6 +159,7 @@ impl Machine {
                         count,
                         Mode::Refresh,
                         waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
+                        t.fairness,
                     );
                     let lease = t.lease;
                     self.send(
@@ -190,12 +196,18 @@ impl Machine {
                 token,
                 lease,
                 max_hold,
+                fairness: if a.fair {
+                    Fairness::Fair
+                } else {
+                    Fairness::NonFair
+                },
                 state: State::Pending(Pending {
                     op: a.op,
                     wait,
                     mode,
                     queued: None,
                     woken: None,
+                    free: false,
                     in_flight: false,
                 }),
             },
@@ -214,13 +226,13 @@ impl Machine {
         let count = h.count;
         if count > 0 {
             let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
-            let req = redis::release(&t.keys, &t.token, count);
+            let req = redis::release(&t.keys, &t.token, count, t.fairness);
             self.send(req, Purpose::Release { seq, op, count });
         } else {
             // The application stops relying on the lock now, whatever the reply says.
             let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
             self.send(
-                redis::release(&t.keys, &t.token, 0),
+                redis::release(&t.keys, &t.token, 0, t.fairness),
                 Purpose::Release { seq, op, count },
             );
         }
@@ -336,6 +348,7 @@ impl Machine {
                 }
                 p.mode = Mode::Refresh;
                 let woken = p.woken.is_some();
+                let free = std::mem::take(&mut p.free);
                 // Refresh our place in the queue in time to keep it, and look again as soon as
                 // the holder's lease runs out: a holder that dies without releasing wakes
                 // nobody, so the queue head must come and take the lock itself.
@@ -347,6 +360,8 @@ impl Machine {
                 self.base.timers.set(Timer::Refresh(seq), at);
                 if woken {
                     self.take_hand_off(seq);
+                } else if free {
+                    self.send_acquire(seq);
                 }
             }
             Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
@@ -526,10 +541,15 @@ impl Machine {
         }
     }
 
-    /// A hand-off: the server gave us the lock and published our token.
+    /// A wake-up: the server handed us the lock, or freed it for us to come and take.
     fn wake(&mut self, payload: &[u8]) {
-        let Some((token, fencing_token)) = redis::parse_wake(payload) else {
-            return;
+        let (token, hand_off) = match redis::parse_wake(payload) {
+            Some(Wake::HandOff {
+                token,
+                fencing_token,
+            }) => (token, Some(fencing_token)),
+            Some(Wake::Free { token }) => (token, None),
+            None => return,
         };
         let Some(seq) = redis::token_seq(self.client_id, token) else {
             return;
@@ -541,8 +561,15 @@ impl Machine {
         else {
             return;
         };
-        p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
-        self.take_hand_off(seq);
+        match hand_off {
+            Some(fencing_token) => {
+                p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
+                self.take_hand_off(seq);
+            }
+            None if p.in_flight => p.free = true,
+            // Queued (or about to be): ask again now, to take the lock if it is still free.
+            None => self.send_acquire(seq),
+        }
     }
 
     /// Acts on a hand-off notice as soon as it can. The handed tenure lives until our waiter
@@ -692,6 +719,7 @@ impl Machine {
             1,
             mode,
             waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
+            t.fairness,
         );
         self.base.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
@@ -754,7 +782,10 @@ impl Machine {
             _ => false,
         };
         if give_back && !self.base.closed {
-            self.send(redis::release(&t.keys, &t.token, 0), Purpose::Cleanup);
+            self.send(
+                redis::release(&t.keys, &t.token, 0, t.fairness),
+                Purpose::Cleanup,
+            );
         }
         self.event(Event::Lost {
             hold: HoldId(seq),

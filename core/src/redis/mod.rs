@@ -208,10 +208,24 @@ pub fn wake_channel(client: ClientId) -> String {
 }
 
 /// A hand-off message: the new owner's token and its fencing token.
-pub fn parse_wake(payload: &[u8]) -> Option<(&str, u64)> {
+pub fn parse_wake(payload: &[u8]) -> Option<Wake<'_>> {
     let text = core::str::from_utf8(payload).ok()?;
-    let (token, fence) = text.split_once(' ')?;
-    Some((token, fence.parse().ok()?))
+    let (token, word) = text.split_once(' ')?;
+    Some(match word {
+        "free" => Wake::Free { token },
+        fence => Wake::HandOff {
+            token,
+            fencing_token: fence.parse().ok()?,
+        },
+    })
+}
+
+/// A wake-up message (§5): the lock was handed to the waiter `token` with a new tenure, or it
+/// was freed by a non-fair release and `token`, the first waiter, may come and take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake<'a> {
+    HandOff { token: &'a str, fencing_token: u64 },
+    Free { token: &'a str },
 }
 
 /// How an ACQUIRE treats a held lock.
@@ -239,6 +253,16 @@ fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
+/// Whether waiters are served in order (§5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fairness {
+    /// A free lock with live waiters belongs to the first; a release hands it over.
+    Fair,
+    /// An acquire takes a free lock even when others queue ("barge"); a final release frees
+    /// the lock and wakes the first waiter to race for it.
+    NonFair,
+}
+
 pub fn acquire(
     keys: &LockKeys,
     token: &str,
@@ -246,25 +270,36 @@ pub fn acquire(
     count: u32,
     mode: Mode,
     waiter_lease: Duration,
+    fairness: Fairness,
 ) -> RedisOp {
+    let mut args = vec![
+        token.to_owned(),
+        ms(lease),
+        count.to_string(),
+        mode.arg().to_owned(),
+        ms(waiter_lease),
+    ];
+    if fairness == Fairness::NonFair {
+        args.push("barge".into());
+    }
     RedisOp::Eval {
         script: Script::Acquire,
         keys: keys.all(),
-        args: vec![
-            token.to_owned(),
-            ms(lease),
-            count.to_string(),
-            mode.arg().to_owned(),
-            ms(waiter_lease),
-        ],
+        args,
     }
 }
 
-pub fn release(keys: &LockKeys, token: &str, count: u32) -> RedisOp {
+/// RELEASE down to `count` levels; at 0 the lock is handed to the first waiter, or (non-fair)
+/// freed with the first waiter woken.
+pub fn release(keys: &LockKeys, token: &str, count: u32, fairness: Fairness) -> RedisOp {
+    let mut args = vec![token.to_owned(), count.to_string()];
+    if fairness == Fairness::NonFair && count == 0 {
+        args.push("free".into());
+    }
     RedisOp::Eval {
         script: Script::Release,
         keys: keys.all(),
-        args: vec![token.to_owned(), count.to_string()],
+        args,
     }
 }
 

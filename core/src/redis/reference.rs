@@ -157,6 +157,7 @@ impl Store {
 
     fn acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
         let [lock, fence, queue, waiters] = four(keys)?;
+        let (args, barge) = flag(args, 5, "barge");
         let [token, lease, count, mode, wlease] = args_n::<5>(args)?;
         let (lease, count, wlease) = (int(lease)?, int(count)?, int(wlease)?);
 
@@ -174,9 +175,9 @@ impl Store {
         let now = self.now;
         if owner.is_none() {
             let head = self.live_head(queue, waiters, now)?;
-            if head.as_ref().is_none_or(|(h, _)| h == token) {
+            if barge || head.as_ref().is_none_or(|(h, _)| h == token) {
                 if head.is_some() {
-                    self.lpop(queue)?;
+                    self.lrem(queue, token)?;
                     self.zrem(waiters, token)?;
                 }
                 let f = self.next_token(fence, now)?;
@@ -210,6 +211,7 @@ impl Store {
 
     fn release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
         let [lock, fence, queue, waiters] = four(keys)?;
+        let (args, free) = flag(args, 2, "free");
         let [token, count] = args_n::<2>(args)?;
         let count = int(count)?;
 
@@ -221,6 +223,10 @@ impl Store {
             return Ok(ints(&[1, count]));
         }
         self.del(lock);
+        if free {
+            self.wake_head(queue, waiters, self.now)?;
+            return Ok(ints(&[2, 0]));
+        }
         let handed = self.hand_off(lock, fence, queue, waiters, self.now)?;
         Ok(ints(&[2, handed]))
     }
@@ -302,6 +308,22 @@ impl Store {
         }
     }
 
+    fn wake_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<(), String> {
+        if let Some((head, _)) = self.live_head(queue, waiters, now)? {
+            self.publish_wake(&head, "free");
+        }
+        Ok(())
+    }
+
+    /// Publishes `word` (a fencing token, or "free") to the waiter `head`.
+    fn publish_wake(&mut self, head: &str, word: &str) {
+        let client = head.get(..32).unwrap_or(head);
+        self.published.push((
+            format!("dlock:wake:{client}"),
+            format!("{head} {word}").into_bytes(),
+        ));
+    }
+
     fn hand_off(
         &mut self,
         lock: &str,
@@ -325,11 +347,7 @@ impl Store {
             ],
         )?;
         self.pexpire(lock, deadline - now as i64);
-        let client = head.get(..32).unwrap_or(&head);
-        self.published.push((
-            format!("dlock:wake:{client}"),
-            format!("{head} {token}").into_bytes(),
-        ));
+        self.publish_wake(&head, &token.to_string());
         Ok(1)
     }
 
@@ -578,6 +596,14 @@ fn args_n<const N: usize>(args: &[String]) -> Result<[&String; N], String> {
     let refs: Vec<&String> = args.iter().collect();
     refs.try_into()
         .map_err(|_| format!("ERR expected {N} arguments, got {}", args.len()))
+}
+
+/// The arguments without an optional trailing `word` at index `at`, and whether it was there.
+fn flag<'a>(args: &'a [String], at: usize, word: &str) -> (&'a [String], bool) {
+    match args.get(at) {
+        Some(a) if a == word && args.len() == at + 1 => (&args[..at], true),
+        _ => (args, false),
+    }
 }
 
 fn int(s: &str) -> Result<i64, String> {

@@ -220,6 +220,12 @@ impl Machine {
         // is wrong on Redis is wrong here too.
         check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
+        if !a.fair {
+            // Waiters are sequential nodes, served in order: there is nothing to barge past.
+            return Err(Error::InvalidArgument(
+                "ZooKeeper locks are always fair (waiters are served in order)".into(),
+            ));
+        }
         if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
             let valid_until = self.valid_until();
             return match self.tenures.get_mut(&seq).map(|t| &mut t.state) {

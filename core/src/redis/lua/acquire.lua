@@ -1,10 +1,11 @@
 -- ACQUIRE. KEYS: lock, fence, queue, waiters.
--- ARGV: owner token, lease ms, hold count, mode ('try' | 'wait' | 'refresh'), waiter lease ms.
+-- ARGV: owner token, lease ms, hold count, mode ('try' | 'wait' | 'refresh'), waiter lease ms,
+-- and 'barge' for a non-fair acquire (it takes a free lock even when others queue for it).
 -- Replies {1, fencing token, count} acquired | {0, pttl} busy | {3} not queued |
 -- {2, pttl, latest fencing token} queued (a later hand-off to us has a larger token).
 local lock, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, count = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local mode, wlease = ARGV[4], tonumber(ARGV[5])
+local mode, wlease, barge = ARGV[4], tonumber(ARGV[5]), ARGV[6] == 'barge'
 
 local owner = redis.call('HGET', lock, 'owner')
 if owner == token then
@@ -18,9 +19,9 @@ if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3
 local now = now_ms()
 if not owner then
   local head = live_head(queue, waiters, now)
-  if not head or head == token then
+  if not head or head == token or barge then
     if head then
-      redis.call('LPOP', queue)
+      redis.call('LREM', queue, 1, token)
       redis.call('ZREM', waiters, token)
     end
     local f = next_token(fence, now)

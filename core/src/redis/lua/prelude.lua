@@ -44,6 +44,14 @@ local function hand_off(lock, fence, queue, waiters, now)
   return 1
 end
 
+-- Wakes the first live waiter of a lock freed without a hand-off, to come and take it.
+local function wake_head(queue, waiters, now)
+  local head = live_head(queue, waiters, now)
+  if head then
+    redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' free')
+  end
+end
+
 -- Sets the lock's time to live to `lease` ms unless it already has longer: a lease never shrinks.
 local function stretch(lock, lease)
   if redis.call('PTTL', lock) < lease then redis.call('PEXPIRE', lock, lease) end
