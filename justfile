@@ -118,6 +118,10 @@ bench-many n="10000":
 bench-redlock:
     cargo run --quiet --release -p dlock-bench --bin redlock
 
+# Throughput of one hot lock, fair next to non-fair (writes bench/results/fairness.md).
+bench-fairness:
+    cargo run --quiet --release -p dlock-bench --bin fairness
+
 # Every library side by side against one redis-server and one ZooKeeper it starts (release
 # builds): dlock from Rust, Wasm, Python and Node next to redis-py, python-redis-lock, pottery,
 # node-redlock, rslock, Redisson, kazoo and Curator. Peers go into target/bench-venv,

@@ -38,6 +38,13 @@ export interface LockOptions {
   maxHoldMs?: number | null
   /** Acquires with the same owner while it holds are reentrant (same fencing token). */
   owner?: number
+  /**
+   * True (default): waiters are served in order, each release hands the lock to the next.
+   * False (Redis): take a free lock even when others queue, and free it on release for anyone
+   * to take: more throughput when some contenders are slow to answer, no order. ZooKeeper
+   * refuses it.
+   */
+  fair?: boolean
 }
 
 export interface AcquireOptions {
@@ -62,7 +69,7 @@ export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock
   /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
-  multiLock(names: string[], options?: Omit<LockOptions, 'owner'>): MultiLock
+  multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair'>): MultiLock
   status(name: string): Promise<LockStatus>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
@@ -81,6 +88,7 @@ export declare class Lock {
   readonly waitMs: number | null
   readonly maxHoldMs: number | null
   readonly owner: number | undefined
+  readonly fair: boolean
   /** Rejects with DLOCK_TIMEOUT when `waitMs` runs out, or with the signal's reason when aborted. */
   acquire(options?: AcquireOptions): Promise<Held>
   tryAcquire(): Promise<Held | null>

@@ -64,7 +64,12 @@ class Client {
     this.#url = url
   }
 
-  /** A lock to acquire: `{ leaseMs = 30000, waitMs, maxHoldMs, owner }`. */
+  /**
+   * A lock to acquire: `{ leaseMs = 30000, waitMs, maxHoldMs, owner, fair = true }`.
+   * `fair: false` (Redis) takes a free lock even when others queue and frees it on release
+   * instead of handing it to the next in line: more throughput when some contenders are slow
+   * to answer, no order.
+   */
   lock(name, options = {}) {
     return new Lock(this.#native, name, options)
   }
@@ -122,21 +127,23 @@ class Client {
 class Lock {
   #native
 
-  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner } = {}) {
+  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner, fair = true } = {}) {
     if (typeof name !== 'string') throw invalid('name must be a string')
     if (owner !== undefined && !Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
+    if (typeof fair !== 'boolean') throw invalid('fair must be a boolean')
     this.#native = inner
     this.name = name
     this.leaseMs = leaseMs
     this.waitMs = waitMs
     this.maxHoldMs = maxHoldMs
     this.owner = owner
+    this.fair = fair
   }
 
   /** Starts the native acquire; `id` lets `cancel(id)` stop it. */
   _start(inner, waitMs, id) {
     const owner = this.owner ?? nextOwner++
-    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, id)
+    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, id)
   }
 
   async #acquire(waitMs, signal) {

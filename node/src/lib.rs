@@ -154,6 +154,7 @@ impl NativeClient {
 
     /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy).
     #[napi]
+    #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
         &self,
         name: String,
@@ -161,12 +162,14 @@ impl NativeClient {
         lease_ms: f64,
         wait_ms: Option<f64>,
         max_hold_ms: Option<f64>,
+        fair: bool,
         cancel_id: Option<u32>,
     ) -> Result<Option<NativeHeld>> {
         let mut lock = self
             .client()?
             .lock(name)
             .owner(owner as u64)
+            .fair(fair)
             .lease(millis("leaseMs", lease_ms)?);
         if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
             lock = lock.max_hold(m);

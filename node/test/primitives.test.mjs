@@ -1,4 +1,4 @@
-// Multi-locks: several names acquired as one, all or none, on redis:// and zk://.
+// Beyond the plain fair mutex: multi-locks (several names as one, all or none) and fair: false.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
@@ -57,3 +57,21 @@ for (const backend of ['redis', 'zookeeper']) {
     await b.close()
   })
 }
+
+test('fair: false frees the lock on release and wakes the waiter; ZooKeeper refuses it', async () => {
+  const a = await connect(servers.redis.url)
+  const b = await connect(servers.redis.url)
+  const held = await a.lock('nf', { fair: false }).acquire()
+  const waiting = b.lock('nf', { waitMs: 10_000 }).acquire()
+  await new Promise((r) => setTimeout(r, 200))
+  const released = Date.now()
+  await held.release()
+  const next = await waiting
+  assert.ok(Date.now() - released < 500, 'woken by the release, not by a later refresh')
+  assert.ok(next.fencingToken > held.fencingToken)
+  await next.release()
+  assert.throws(() => a.lock('nf', { fair: 'no' }), { code: 'DLOCK_INVALID_ARGUMENT' })
+  const zk = await connect(servers.zookeeper.url)
+  await assert.rejects(zk.lock('nf', { fair: false }).acquire(), { code: 'DLOCK_INVALID_ARGUMENT' })
+  await Promise.all([a.close(), b.close(), zk.close()])
+})

@@ -132,11 +132,13 @@ class _LockOptions:
         lease: float,
         wait: Optional[float],
         max_hold: Optional[float],
+        fair: bool = True,
     ) -> None:
         self.name = name
         self.lease = lease
         self.wait = wait
         self.max_hold = max_hold
+        self.fair = fair
 
     def __repr__(self) -> str:
         return f"<{self._KIND} {self.name!r} lease={self.lease}s wait={self.wait}>"
@@ -197,11 +199,15 @@ class Client:
         wait: Optional[float] = None,
         max_hold: Optional[float] = None,
         on_lost: Optional[OnLost] = None,
+        fair: bool = True,
     ) -> "Lock":
         """A lock to acquire. ``lease`` is renewed while held; ``wait`` bounds
         :meth:`Lock.acquire` (None: as long as it takes); ``max_hold`` stops renewal;
-        ``on_lost(held, reason)`` is called once, from a background thread, if it is lost."""
-        return Lock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+        ``on_lost(held, reason)`` is called once, from a background thread, if it is lost.
+        ``fair=False`` (Redis): take the lock when it is free even if others queue, and on
+        release free it for anyone instead of handing it to the next in line: more throughput
+        when some contenders are slow to answer, no order (ZooKeeper refuses it)."""
+        return Lock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair)
 
     def multi_lock(
         self,
@@ -273,8 +279,9 @@ class Lock(_LockOptions):
         wait: Optional[float],
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
+        fair: bool = True,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair)
         self.client = client
         self.on_lost = on_lost
         self._local = threading.local()
@@ -292,7 +299,7 @@ class Lock(_LockOptions):
         return stack
 
     def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
-        native = self.client._native.acquire(self.name, self._owner(), self.lease, wait, self.max_hold)
+        native = self.client._native.acquire(self.name, self._owner(), self.lease, wait, self.max_hold, self.fair)
         return None if native is None else Held(native, self.on_lost)
 
     def acquire(self) -> "Held":

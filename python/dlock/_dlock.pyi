@@ -50,10 +50,23 @@ class NativeClient:
         lock_delay: Optional[float] = None,
     ) -> Task: ...
     def acquire(
-        self, name: str, owner: int, lease: float, wait: Optional[float] = None, max_hold: Optional[float] = None
+        self,
+        name: str,
+        owner: int,
+        lease: float,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        fair: bool = True,
     ) -> Optional[NativeHeld]: ...
     def acquire_async(
-        self, name: str, owner: int, lease: float, wait: Optional[float], max_hold: Optional[float], callback: _Callback
+        self,
+        name: str,
+        owner: int,
+        lease: float,
+        wait: Optional[float],
+        max_hold: Optional[float],
+        fair: bool,
+        callback: _Callback,
     ) -> Task: ...
     def acquire_multi(
         self, names: list[str], lease: float, wait: Optional[float] = None, max_hold: Optional[float] = None

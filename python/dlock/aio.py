@@ -88,10 +88,11 @@ class AsyncClient:
         wait: Optional[float] = None,
         max_hold: Optional[float] = None,
         on_lost: Optional[OnLost] = None,
+        fair: bool = True,
     ) -> "AsyncLock":
         """A lock to acquire; see :meth:`dlock.Client.lock`. ``on_lost(held, reason)`` is
         called (awaited if it is a coroutine function) on this loop if the lock is lost."""
-        return AsyncLock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
+        return AsyncLock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair)
 
     def multi_lock(
         self,
@@ -150,8 +151,9 @@ class AsyncLock(_LockOptions):
         wait: Optional[float],
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
+        fair: bool = True,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair)
         self.client = client
         self.on_lost = on_lost
         self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
@@ -169,7 +171,9 @@ class AsyncLock(_LockOptions):
     async def _acquire(self, wait: Optional[float]) -> Optional["AsyncHeld"]:
         owner = self._owner()
         native = await _call(
-            lambda done: self.client._native.acquire_async(self.name, owner, self.lease, wait, self.max_hold, done)
+            lambda done: self.client._native.acquire_async(
+                self.name, owner, self.lease, wait, self.max_hold, self.fair, done
+            )
         )
         return None if native is None else AsyncHeld(native, self.on_lost)
 

@@ -249,10 +249,12 @@ impl Spec {
         lease: f64,
         wait: Option<f64>,
         max_hold: Option<f64>,
+        fair: bool,
     ) -> PyResult<Self> {
         let mut lock = client
             .lock(name)
             .owner(owner)
+            .fair(fair)
             .lease(seconds(py, "lease", lease)?);
         if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
             lock = lock.max_hold(m);
@@ -326,7 +328,8 @@ impl NativeClient {
     }
 
     /// Acquires: `wait=None` waits as long as it takes, `wait=0` tries once (None if busy).
-    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None))]
+    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true))]
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
         py: Python<'_>,
@@ -335,12 +338,22 @@ impl NativeClient {
         lease: f64,
         wait: Option<f64>,
         max_hold: Option<f64>,
+        fair: bool,
     ) -> PyResult<Option<NativeHeld>> {
-        let spec = Spec::new(py, self.client(py)?, name, owner, lease, wait, max_hold)?;
+        let spec = Spec::new(
+            py,
+            self.client(py)?,
+            name,
+            owner,
+            lease,
+            wait,
+            max_hold,
+            fair,
+        )?;
         block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
     }
 
-    #[pyo3(signature = (name, owner, lease, wait, max_hold, callback))]
+    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, callback))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_async(
         &self,
@@ -350,9 +363,19 @@ impl NativeClient {
         lease: f64,
         wait: Option<f64>,
         max_hold: Option<f64>,
+        fair: bool,
         callback: Py<PyAny>,
     ) -> PyResult<Task> {
-        let spec = Spec::new(py, self.client(py)?, name, owner, lease, wait, max_hold)?;
+        let spec = Spec::new(
+            py,
+            self.client(py)?,
+            name,
+            owner,
+            lease,
+            wait,
+            max_hold,
+            fair,
+        )?;
         spawn(callback, spec.run())
     }
 

@@ -183,6 +183,7 @@ impl Client {
             wait: None,
             max_hold: None,
             owner: None,
+            fair: true,
         }
     }
 
@@ -299,6 +300,7 @@ pub struct LockBuilder {
     wait: Option<Duration>,
     max_hold: Option<Duration>,
     owner: Option<u64>,
+    fair: bool,
 }
 
 impl LockBuilder {
@@ -328,6 +330,18 @@ impl LockBuilder {
         self
     }
 
+    /// Fair (the default): waiters are served first come, first served, each release hands
+    /// the lock to the next. Non-fair (`false`, Java's `ReentrantLock(false)`): this acquire
+    /// takes a free lock even when others queue, and its release frees the lock and wakes the
+    /// first waiter to race for it: more throughput when some contenders are slow to answer
+    /// (a fair hand-off waits for them), less when all are near, and no order (PROTOCOL.md §5,
+    /// `just bench-fairness`). On redis:// and redis-cluster:// (Redlock never queues;
+    /// ZooKeeper refuses non-fair).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
     /// Waits for the lock (up to [`wait`](Self::wait)). Dropping the future leaves the queue.
     pub async fn acquire(self) -> Result<Guard, Error> {
         let wait = self.wait;
@@ -353,6 +367,7 @@ impl LockBuilder {
             lease: self.lease,
             wait,
             max_hold: self.max_hold,
+            fair: self.fair,
             reply,
         });
         let granted = granted.instrument(span).await?;

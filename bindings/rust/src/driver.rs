@@ -40,6 +40,7 @@ pub(crate) enum Call {
         /// `None`: wait as long as it takes; zero: try once.
         wait: Option<Duration>,
         max_hold: Option<Duration>,
+        fair: bool,
         reply: GrantReply<u64>,
     },
     AcquireMulti {
@@ -232,6 +233,7 @@ impl Driver {
                 lease,
                 wait: wait_for,
                 max_hold,
+                fair,
                 reply,
             } => {
                 self.waiting.insert(op, Waiter::Acquire(reply));
@@ -242,6 +244,7 @@ impl Driver {
                     lease,
                     wait: wait(wait_for),
                     max_hold,
+                    fair,
                 })
             }
             Call::AcquireMulti {

@@ -154,6 +154,7 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
         1,
         protocol::Mode::Try,
         Duration::from_secs(3),
+        protocol::Fairness::Fair,
     );
     let started = std::time::Instant::now();
     let first_token = match run_script(&mut con, op).await {
@@ -252,7 +253,11 @@ async fn release_and_extend_by_a_non_owner_change_nothing() {
     let mut con = raw(&server).await;
     let keys = LockKeys::new("mine");
     let intruder = protocol::owner_token(dlock_core::ClientId(0xbad), 1);
-    let released = run_script(&mut con, protocol::release(&keys, &intruder, 0)).await;
+    let released = run_script(
+        &mut con,
+        protocol::release(&keys, &intruder, 0, protocol::Fairness::Fair),
+    )
+    .await;
     assert_eq!(released, redis::Value::Array(vec![redis::Value::Int(0)]));
     let extended = run_script(
         &mut con,
@@ -564,4 +569,55 @@ async fn losing_one_lock_of_a_multi_lock_loses_it_and_frees_the_others() {
             tokio::time::sleep(10 * MS).await;
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // Fair and non-fair workers on one lock: never two inside, every one served.
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let client = connect(&url).await.unwrap();
+        let inside = inside.clone();
+        workers.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let guard = client
+                    .lock("hot")
+                    .fair(i % 2 == 0)
+                    .lease(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
+                tokio::task::yield_now().await;
+                inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let all = futures_util::future::join_all(workers);
+    for w in tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("no waiter is left asleep")
+    {
+        w.unwrap();
+    }
+
+    // A non-fair release frees the lock (no hand-off: the status shows nobody, the waiter
+    // takes it itself) and wakes the waiter at once rather than at its next refresh.
+    let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+    let held = a.lock("x").fair(false).acquire().await.unwrap();
+    let waiting = tokio::spawn(async move { b.lock("x").acquire().await });
+    tokio::time::sleep(200 * MS).await;
+    let released = std::time::Instant::now();
+    let token = held.fencing_token();
+    held.release().await.unwrap();
+    let next = waiting.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "woken by the release"
+    );
+    assert!(next.fencing_token() > token);
 }
