@@ -91,6 +91,15 @@ async fn locks_on_every_node_exclude_hand_off_and_renew() {
     assert_eq!(on_nodes.len(), 3, "the names covered every node");
 }
 
+/// A multi-lock's names live in different slots, on different masters: each is a lock of its
+/// own, so nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_span_slots_all_or_none() {
+    let cluster = RedisCluster::start(3);
+    common::multi_all_or_none(&cluster.url()).await;
+    common::multi_contend(&cluster.url(), 2, 2, 6).await;
+}
+
 #[tokio::test]
 async fn a_lock_survives_the_migration_of_its_slot() {
     let cluster = RedisCluster::start(3);
