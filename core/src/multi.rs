@@ -400,10 +400,14 @@ impl Multis {
         }
         lock.held.retain(|h| h.hold != hold);
         if lock.acquire.is_some() {
-            self.fail_acquire(multi, |op| Event::Failed {
-                op,
-                error: Error::LockLost { hold: multi },
-            });
+            // A member taken while waiting for the next is gone: the acquire fails as a single
+            // waiter would on a closed engine or an expired session, else with the loss.
+            let error = match reason {
+                LostReason::Closed => Error::Closed,
+                LostReason::SessionExpired => Error::SessionExpired,
+                _ => Error::LockLost { hold: multi },
+            };
+            self.fail_acquire(multi, |op| Event::Failed { op, error });
         } else if lock.owned {
             lock.owned = false;
             self.events.push_back(Event::Lost {

@@ -1302,3 +1302,39 @@ fn zookeeper_refuses_non_fair_acquires_before_sending_anything() {
     }
     assert_eq!(zk.poll_output(), None, "nothing sent");
 }
+
+#[test]
+fn closing_loses_a_held_multi_lock_once_and_fails_a_waiting_one() {
+    let mut bed = Bed::new(2);
+    bed.acquire(1, 1, "c", Wait::No);
+    acquired(&bed.take(1));
+    bed.cmd(0, multi(1, &["a", "b"], Wait::No));
+    let (held, _) = acquired_multi(&bed.take(0));
+    bed.cmd(0, multi(2, &["b2", "c"], Wait::Forever));
+    assert!(bed.take(0).is_empty(), "waits for c");
+    bed.engines[0].handle_input(bed.now, Input::Notice(Notice::Closed));
+    bed.settle();
+    let mut events = bed.take(0);
+    events.sort_by_key(|e| format!("{e:?}"));
+    assert_eq!(
+        events,
+        [
+            Event::Failed {
+                op: OpId(2),
+                error: Error::Closed
+            },
+            Event::Lost {
+                hold: held,
+                reason: LostReason::Closed
+            },
+        ]
+    );
+    bed.cmd(0, multi(3, &["z"], Wait::No));
+    assert_eq!(
+        bed.take(0),
+        [Event::Failed {
+            op: OpId(3),
+            error: Error::Closed
+        }]
+    );
+}
