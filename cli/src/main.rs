@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use dlock::{Client, Error};
+use dlock::{Client, Error, SharedGuard};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -40,7 +40,9 @@ struct Cli {
 enum Cmd {
     /// Run a command only while holding a lock: a cluster-wide flock(1).
     ///
-    /// The command gets DLOCK_FENCING_TOKEN (and DLOCK_LOCK) in its environment. dlock exits
+    /// The command gets DLOCK_FENCING_TOKEN (and DLOCK_LOCK) in its environment; with several
+    /// --lock, the locks are taken as one multi-lock (all or none, in canonical order) and the
+    /// command gets DLOCK_FENCING_TOKENS, a JSON object of each lock's token. dlock exits
     /// with the command's exit code (128 + signal if it was killed by one). Other exit codes:
     /// 75 the lock was not acquired within --wait (the command did not run); 74 the lock was
     /// lost while the command ran (it was sent SIGTERM, then SIGKILL after --grace);
@@ -49,9 +51,13 @@ enum Cmd {
     Run {
         #[command(flatten)]
         backend: BackendArg,
-        /// Name of the lock.
+        /// Name of the lock; give it several times to hold several locks as one.
+        #[arg(long, required = true)]
+        lock: Vec<String>,
+        /// Take the lock non-fairly (Redis): ahead of queued waiters if it is free, and free it
+        /// afterwards instead of handing it to the next in line. One lock only.
         #[arg(long)]
-        lock: String,
+        non_fair: bool,
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30s", value_parser = duration)]
         lease: Duration,
@@ -124,6 +130,7 @@ async fn main() -> ExitCode {
         Cmd::Run {
             backend,
             lock,
+            non_fair,
             lease,
             wait,
             grace,
@@ -135,6 +142,7 @@ async fn main() -> ExitCode {
                 wait,
                 grace,
                 lock_delay,
+                fair: !non_fair,
             };
             run(&backend.backend, &lock, &options, &command).await
         }
@@ -168,11 +176,12 @@ struct RunOptions {
     wait: Option<Duration>,
     grace: Duration,
     lock_delay: Option<Duration>,
+    fair: bool,
 }
 
 async fn run(
     backend: &str,
-    lock: &str,
+    locks: &[String],
     options: &RunOptions,
     command: &[String],
 ) -> Result<u8, Error> {
@@ -181,17 +190,37 @@ async fn run(
         wait,
         grace,
         lock_delay,
+        fair,
     } = options;
+    if locks.len() > 1 && !fair {
+        return Err(Error::InvalidArgument(
+            "--non-fair takes one --lock: the locks of a multi-lock are fair".into(),
+        ));
+    }
     let mut client = Client::builder(backend);
     if let Some(delay) = lock_delay {
         client = client.lock_delay(delay);
     }
     let client = client.connect().await?;
-    let mut builder = client.lock(lock).lease(lease);
-    if let Some(wait) = wait {
-        builder = builder.wait(wait);
+    let lock = locks.join(", ");
+    let acquired: Result<SharedGuard, Error> = match locks {
+        [one] => {
+            let builder = client.lock(one).lease(lease).fair(fair);
+            builder
+                .acquire_within(wait)
+                .await
+                .map(|g| g.map(Into::into))
+        }
+        many => {
+            let builder = client.multi_lock(many).lease(lease);
+            builder
+                .acquire_within(wait)
+                .await
+                .map(|g| g.map(Into::into))
+        }
     }
-    let guard = match builder.acquire().await {
+    .and_then(|guard| guard.ok_or(Error::WaitTimedOut));
+    let guard = match acquired {
         Ok(guard) => guard,
         Err(Error::WaitTimedOut) => {
             eprintln!(
@@ -202,12 +231,19 @@ async fn run(
         }
         Err(e) => return Err(e),
     };
-    let mut child = match Command::new(&command[0])
-        .args(&command[1..])
-        .env("DLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
-        .env("DLOCK_LOCK", lock)
-        .spawn()
-    {
+    let tokens: Vec<String> = guard
+        .members()
+        .iter()
+        .map(|m| format!("{}:{}", json_string(&m.name), m.fencing_token))
+        .collect();
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .env("DLOCK_FENCING_TOKENS", format!("{{{}}}", tokens.join(",")));
+    if let [one] = locks {
+        cmd.env("DLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+            .env("DLOCK_LOCK", one);
+    }
+    let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
             eprintln!("dlock: cannot run {:?}: {e}", command[0]);
@@ -240,7 +276,7 @@ async fn run(
                 }
                 return Ok(code);
             }
-            reason = guard.lost() => {
+            Some(reason) = guard.lost_signal().wait() => {
                 eprintln!("dlock: lock {lock:?} lost ({reason:?}); stopping the command");
                 signal(Signal::SIGTERM);
                 if tokio::time::timeout(grace, child.wait()).await.is_err() {

@@ -163,6 +163,59 @@ fn run_passes_the_exit_code_and_the_environment() {
 }
 
 #[test]
+fn run_holds_several_locks_as_one_and_takes_non_fair_locks() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = dlock()
+        .args([
+            "run",
+            "--backend",
+            &url,
+            "--lock",
+            "job",
+            "--lock",
+            "b/2",
+            "--lock",
+            "job",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg("echo \"$DLOCK_FENCING_TOKENS\"; echo \"${DLOCK_FENCING_TOKEN:-none}\"")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    // Every lock's token, in canonical order; no single token for several locks.
+    let tokens = lines.next().expect("the tokens");
+    let rest = tokens
+        .strip_prefix("{\"b/2\":")
+        .and_then(|t| t.strip_suffix('}'))
+        .expect(tokens);
+    let (b, job) = rest.split_once(",\"job\":").expect(tokens);
+    assert!(b.parse::<u64>().unwrap() > 0 && job.parse::<u64>().unwrap() > 0);
+    assert_eq!(lines.next(), Some("none"));
+    assert!(status_json(&url).contains("\"owner\":null"), "released");
+
+    let out = run(
+        &url,
+        &["--non-fair"],
+        &["sh", "-c", "echo $DLOCK_FENCING_TOKENS"],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("{\"job\":"));
+    let out = run(&url, &["--lock", "other", "--non-fair"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a non-fair multi-lock is refused"
+    );
+}
+
+#[test]
 fn run_gives_up_after_wait_without_running_the_command() {
     let server = RedisServer::start();
     let mut holder = run(&server.url(), &[], &["sleep", "3"]).spawn().unwrap();
