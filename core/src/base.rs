@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
-use crate::types::{Event, Op, OpId, Output, Reply, Request, RequestId, Response};
+use crate::types::{
+    Acquire, Command, Event, HoldId, Op, OpId, Output, Reply, Request, RequestId, Response,
+};
 
 /// A request under way: when it was sent and what the machine wanted of it.
 #[derive(Debug)]
@@ -144,6 +146,43 @@ impl<P> Base<P> {
         self.closed = true;
         self.timers = Timers::default();
         std::mem::take(&mut self.requests).into_values().collect()
+    }
+}
+
+/// What a backend's machine does with each command. [`dispatch`] is the one place that hands
+/// commands to it.
+pub(crate) trait Commands {
+    type Purpose;
+    fn base(&mut self) -> &mut Base<Self::Purpose>;
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error>;
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error>;
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error>;
+    /// Ends the pending acquire `op`, if there is one.
+    fn cancel(&mut self, op: OpId);
+}
+
+/// Runs `cmd` on machine `m`: a cancel at once; any other command once its op id is
+/// registered ([`Base::begin`]), ending it with [`Event::Failed`] if the machine refuses it.
+pub(crate) fn dispatch<M: Commands>(m: &mut M, cmd: Command) {
+    let op = cmd.op();
+    if let Command::Cancel { .. } = cmd {
+        return m.cancel(op);
+    }
+    if !m.base().begin(op) {
+        return;
+    }
+    let result = match cmd {
+        Command::Acquire(a) => m.acquire(a),
+        Command::Release { op, hold } => m.release(op, hold),
+        Command::Extend { op, hold, lease } => m.extend(op, hold, lease),
+        // The engine makes multi-locks of the machine's locks and never hands one on.
+        Command::AcquireMulti(_) => Err(Error::InvalidArgument(
+            "a backend's machine takes no multi-lock; the engine does".into(),
+        )),
+        Command::Cancel { .. } => Ok(()),
+    };
+    if let Err(error) = result {
+        m.base().finish(Event::Failed { op, error });
     }
 }
 

@@ -187,7 +187,7 @@ impl Engine {
             Input::Command(cmd) => {
                 let in_use = with_machine!(self, m => m.base_ref().in_use(cmd.op()));
                 if let Some(cmd) = self.multis.command(cmd, in_use) {
-                    with_machine!(self, m => m.command(cmd));
+                    with_machine!(self, m => crate::base::dispatch(m, cmd));
                 }
                 self.run_multi_commands();
             }
@@ -200,7 +200,7 @@ impl Engine {
     fn run_multi_commands(&mut self) {
         while let Some(work) = self.multis.next_command() {
             match work {
-                ToMachine::Command(cmd) => with_machine!(self, m => m.command(cmd)),
+                ToMachine::Command(cmd) => with_machine!(self, m => crate::base::dispatch(m, cmd)),
                 ToMachine::Lapse(hold) => {
                     with_machine!(self, m => m.lose(hold.0, LostReason::Expired))
                 }

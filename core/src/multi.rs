@@ -46,17 +46,6 @@ pub fn canonical(names: &[String]) -> Result<Vec<String>, Error> {
     }
 }
 
-/// The answer of a backend's machine to a multi-lock command, which only the engine takes
-/// (it never hands one on).
-pub(crate) fn not_here(op: OpId) -> Event {
-    Event::Failed {
-        op,
-        error: Error::InvalidArgument(
-            "a backend's machine takes no multi-lock; the engine does".into(),
-        ),
-    }
-}
-
 /// What an application command on a multi-lock does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Doing {

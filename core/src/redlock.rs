@@ -20,7 +20,7 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
+use crate::base::{Base, Commands, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
@@ -30,8 +30,8 @@ use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, ClientId, Command, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply,
-    RequestId, Response, Wait,
+    Acquire, ClientId, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
+    Response, Wait,
 };
 
 /// Most nodes one engine will spread a lock over.
@@ -240,125 +240,6 @@ impl Machine {
 
     fn quorum(&self) -> u32 {
         quorum(self.nodes)
-    }
-
-    // --- commands ---
-
-    pub(crate) fn command(&mut self, cmd: Command) {
-        let op = match &cmd {
-            Command::Acquire(a) => a.op,
-            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
-            Command::Cancel { op } => return self.cancel(*op),
-            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
-        };
-        if !self.base.begin(op) {
-            return;
-        }
-        let result = match cmd {
-            Command::Acquire(a) => self.acquire(a),
-            Command::Release { op, hold } => self.release(op, hold),
-            Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
-        };
-        if let Err(error) = result {
-            self.base.finish(Event::Failed { op, error });
-        }
-    }
-
-    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        check_name(&a.name)?;
-        let lease = check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-
-        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
-            let t = self
-                .tenures
-                .get_mut(seq)
-                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
-            return match &mut t.state {
-                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
-                // Counted here: the nodes see one tenure. Its validity is still ahead (the
-                // expiry timer runs before any command).
-                State::Held(h) => {
-                    h.count += 1;
-                    let event = Event::Acquired {
-                        op: a.op,
-                        hold: HoldId(seq),
-                        fencing_token: h.fencing_token,
-                        valid_until: h.valid_until,
-                        count: h.count,
-                    };
-                    self.base.finish(event);
-                    Ok(())
-                }
-            };
-        }
-
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let wait = match a.wait {
-            Wait::Until(t) if t <= self.base.now => Wait::No,
-            w => w,
-        };
-        self.tenures.insert(
-            seq,
-            Tenure {
-                keys: LockKeys::new(&a.name),
-                name: a.name,
-                owner: a.owner,
-                token: String::new(),
-                lease,
-                max_hold,
-                fairness: Fairness::Fair,
-                state: State::Pending(Pending {
-                    op: a.op,
-                    wait,
-                    attempt: None,
-                    tries: 0,
-                }),
-            },
-        );
-        if let Wait::Until(deadline) = wait {
-            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
-        }
-        self.attempt(seq);
-        Ok(())
-    }
-
-    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
-        let h = self
-            .tenures
-            .held_mut(hold.0)
-            .ok_or(Error::NotHeld { hold })?;
-        h.count -= 1;
-        if h.count > 0 {
-            let count = h.count;
-            self.base.finish(Event::Released { op, hold, count });
-            return Ok(());
-        }
-        // The application stops relying on the lock now, whatever the nodes say.
-        let t = self.forget(hold.0).ok_or(Error::NotHeld { hold })?;
-        let req = redis::release(&t.keys, &t.token, 0, Fairness::Fair);
-        self.round(RoundKind::Release { op }, vec![(hold.0, t.lease)], req);
-        Ok(())
-    }
-
-    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
-        let lease = check_lease(lease)?;
-        if self.tenures.held(hold.0).is_none() {
-            return Err(Error::NotHeld { hold });
-        }
-        let items = vec![(hold.0, lease)];
-        let req = self.tenures.extend(&items, self.lock_delay);
-        self.round(RoundKind::Extend { op }, items, req);
-        Ok(())
-    }
-
-    fn cancel(&mut self, op: OpId) {
-        if let Some(seq) = self.tenures.pending_op(op) {
-            let reason = NotAcquired::Cancelled;
-            self.abandon(seq, Event::NotAcquired { op, reason }, true);
-        }
     }
 
     // --- acquiring ---
@@ -973,6 +854,111 @@ enum Outcome {
     Yes,
     NotOwner,
     NoQuorum,
+}
+
+/// The commands, as [`crate::base::dispatch`] hands them over.
+impl Commands for Machine {
+    type Purpose = Purpose;
+
+    fn base(&mut self) -> &mut Base<Purpose> {
+        &mut self.base
+    }
+
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
+        check_name(&a.name)?;
+        let lease = check_lease(a.lease)?;
+        let max_hold = a.max_hold.map(check_lease).transpose()?;
+
+        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
+            let t = self
+                .tenures
+                .get_mut(seq)
+                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+            return match &mut t.state {
+                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
+                // Counted here: the nodes see one tenure. Its validity is still ahead (the
+                // expiry timer runs before any command).
+                State::Held(h) => {
+                    h.count += 1;
+                    let event = Event::Acquired {
+                        op: a.op,
+                        hold: HoldId(seq),
+                        fencing_token: h.fencing_token,
+                        valid_until: h.valid_until,
+                        count: h.count,
+                    };
+                    self.base.finish(event);
+                    Ok(())
+                }
+            };
+        }
+
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let wait = match a.wait {
+            Wait::Until(t) if t <= self.base.now => Wait::No,
+            w => w,
+        };
+        self.tenures.insert(
+            seq,
+            Tenure {
+                keys: LockKeys::new(&a.name),
+                name: a.name,
+                owner: a.owner,
+                token: String::new(),
+                lease,
+                max_hold,
+                fairness: Fairness::Fair,
+                state: State::Pending(Pending {
+                    op: a.op,
+                    wait,
+                    attempt: None,
+                    tries: 0,
+                }),
+            },
+        );
+        if let Wait::Until(deadline) = wait {
+            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
+        }
+        self.attempt(seq);
+        Ok(())
+    }
+
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
+        let h = self
+            .tenures
+            .held_mut(hold.0)
+            .ok_or(Error::NotHeld { hold })?;
+        h.count -= 1;
+        if h.count > 0 {
+            let count = h.count;
+            self.base.finish(Event::Released { op, hold, count });
+            return Ok(());
+        }
+        // The application stops relying on the lock now, whatever the nodes say.
+        let t = self.forget(hold.0).ok_or(Error::NotHeld { hold })?;
+        let req = redis::release(&t.keys, &t.token, 0, Fairness::Fair);
+        self.round(RoundKind::Release { op }, vec![(hold.0, t.lease)], req);
+        Ok(())
+    }
+
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
+        let lease = check_lease(lease)?;
+        if self.tenures.held(hold.0).is_none() {
+            return Err(Error::NotHeld { hold });
+        }
+        let items = vec![(hold.0, lease)];
+        let req = self.tenures.extend(&items, self.lock_delay);
+        self.round(RoundKind::Extend { op }, items, req);
+        Ok(())
+    }
+
+    fn cancel(&mut self, op: OpId) {
+        if let Some(seq) = self.tenures.pending_op(op) {
+            let reason = NotAcquired::Cancelled;
+            self.abandon(seq, Event::NotAcquired { op, reason }, true);
+        }
+    }
 }
 
 impl Machine {

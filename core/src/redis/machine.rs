@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use crate::base::{Base, InFlight, check_lease, check_name, retry_delay, unpack};
+use crate::base::{Base, Commands, InFlight, check_lease, check_name, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
@@ -13,8 +13,8 @@ use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, ClientId, Command, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply,
-    RequestId, Response, Wait,
+    Acquire, ClientId, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
+    Response, Wait,
 };
 
 type Tenure = tenures::Tenure<Pending>;
@@ -111,162 +111,6 @@ impl Machine {
         };
         machine.subscribe();
         Ok(machine)
-    }
-
-    // --- commands ---
-
-    pub(crate) fn command(&mut self, cmd: Command) {
-        let op = match &cmd {
-            Command::Acquire(a) => a.op,
-            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
-            Command::Cancel { op } => return self.cancel(*op),
-            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
-        };
-        if !self.base.begin(op) {
-            return;
-        }
-        let result = match cmd {
-            Command::Acquire(a) => self.acquire(a),
-            Command::Release { op, hold } => self.release(op, hold),
-            Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
-        };
-        if let Err(error) = result {
-            self.finish(Event::Failed { op, error });
-        }
-    }
-
-    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        check_name(&a.name)?;
-        let lease = check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-
-        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
-            let t = self
-                .tenures
-                .get_mut(seq)
-                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
-            return match &mut t.state {
-                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
-                State::Held(h) => {
-                    // The server's count mirrors granted levels plus reentries under way.
-                    h.reentering += 1;
-                    let count = h.count + h.reentering;
-                    let op_ = redis::acquire(
-                        &t.keys,
-                        &t.token,
-                        t.lease + self.lock_delay,
-                        count,
-                        Mode::Refresh,
-                        waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
-                        t.fairness,
-                    );
-                    let lease = t.lease;
-                    self.send(
-                        op_,
-                        Purpose::Reenter {
-                            seq,
-                            op: a.op,
-                            lease,
-                        },
-                    );
-                    Ok(())
-                }
-            };
-        }
-
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let wait = match a.wait {
-            Wait::Until(t) if t <= self.base.now => Wait::No,
-            w => w,
-        };
-        let mode = if wait == Wait::No {
-            Mode::Try
-        } else {
-            Mode::Wait
-        };
-        let token = redis::owner_token(self.client_id, seq);
-        self.tenures.insert(
-            seq,
-            Tenure {
-                keys: LockKeys::new(&a.name),
-                name: a.name,
-                owner: a.owner,
-                token,
-                lease,
-                max_hold,
-                fairness: if a.fair {
-                    Fairness::Fair
-                } else {
-                    Fairness::NonFair
-                },
-                state: State::Pending(Pending {
-                    op: a.op,
-                    wait,
-                    mode,
-                    queued: None,
-                    woken: None,
-                    free: false,
-                    in_flight: false,
-                }),
-            },
-        );
-        if let Wait::Until(deadline) = wait {
-            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
-        }
-        self.send_acquire(seq);
-        Ok(())
-    }
-
-    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
-        let seq = hold.0;
-        let h = self.tenures.held_mut(seq).ok_or(Error::NotHeld { hold })?;
-        h.count -= 1;
-        let count = h.count;
-        if count > 0 {
-            let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
-            let req = redis::release(&t.keys, &t.token, count, t.fairness);
-            self.send(req, Purpose::Release { seq, op, count });
-        } else {
-            // The application stops relying on the lock now, whatever the reply says.
-            let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
-            self.send(
-                redis::release(&t.keys, &t.token, 0, t.fairness),
-                Purpose::Release { seq, op, count },
-            );
-        }
-        Ok(())
-    }
-
-    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
-        let lease = check_lease(lease)?;
-        if self.tenures.held(hold.0).is_none() {
-            return Err(Error::NotHeld { hold });
-        }
-        let req = self.tenures.extend(&[(hold.0, lease)], self.lock_delay);
-        self.send(
-            req,
-            Purpose::Extend {
-                seq: hold.0,
-                op,
-                lease,
-            },
-        );
-        Ok(())
-    }
-
-    fn cancel(&mut self, op: OpId) {
-        if let Some(seq) = self.tenures.pending_op(op) {
-            self.abandon(
-                seq,
-                Event::NotAcquired {
-                    op,
-                    reason: NotAcquired::Cancelled,
-                },
-                true,
-            );
-        }
     }
 
     // --- replies ---
@@ -848,6 +692,148 @@ impl Machine {
 
     fn event(&mut self, event: Event) {
         self.base.event(event);
+    }
+}
+
+/// The commands, as [`crate::base::dispatch`] hands them over.
+impl Commands for Machine {
+    type Purpose = Purpose;
+
+    fn base(&mut self) -> &mut Base<Purpose> {
+        &mut self.base
+    }
+
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
+        check_name(&a.name)?;
+        let lease = check_lease(a.lease)?;
+        let max_hold = a.max_hold.map(check_lease).transpose()?;
+
+        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
+            let t = self
+                .tenures
+                .get_mut(seq)
+                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+            return match &mut t.state {
+                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
+                State::Held(h) => {
+                    // The server's count mirrors granted levels plus reentries under way.
+                    h.reentering += 1;
+                    let count = h.count + h.reentering;
+                    let op_ = redis::acquire(
+                        &t.keys,
+                        &t.token,
+                        t.lease + self.lock_delay,
+                        count,
+                        Mode::Refresh,
+                        waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
+                        t.fairness,
+                    );
+                    let lease = t.lease;
+                    self.send(
+                        op_,
+                        Purpose::Reenter {
+                            seq,
+                            op: a.op,
+                            lease,
+                        },
+                    );
+                    Ok(())
+                }
+            };
+        }
+
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let wait = match a.wait {
+            Wait::Until(t) if t <= self.base.now => Wait::No,
+            w => w,
+        };
+        let mode = if wait == Wait::No {
+            Mode::Try
+        } else {
+            Mode::Wait
+        };
+        let token = redis::owner_token(self.client_id, seq);
+        self.tenures.insert(
+            seq,
+            Tenure {
+                keys: LockKeys::new(&a.name),
+                name: a.name,
+                owner: a.owner,
+                token,
+                lease,
+                max_hold,
+                fairness: if a.fair {
+                    Fairness::Fair
+                } else {
+                    Fairness::NonFair
+                },
+                state: State::Pending(Pending {
+                    op: a.op,
+                    wait,
+                    mode,
+                    queued: None,
+                    woken: None,
+                    free: false,
+                    in_flight: false,
+                }),
+            },
+        );
+        if let Wait::Until(deadline) = wait {
+            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
+        }
+        self.send_acquire(seq);
+        Ok(())
+    }
+
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
+        let seq = hold.0;
+        let h = self.tenures.held_mut(seq).ok_or(Error::NotHeld { hold })?;
+        h.count -= 1;
+        let count = h.count;
+        if count > 0 {
+            let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
+            let req = redis::release(&t.keys, &t.token, count, t.fairness);
+            self.send(req, Purpose::Release { seq, op, count });
+        } else {
+            // The application stops relying on the lock now, whatever the reply says.
+            let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
+            self.send(
+                redis::release(&t.keys, &t.token, 0, t.fairness),
+                Purpose::Release { seq, op, count },
+            );
+        }
+        Ok(())
+    }
+
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
+        let lease = check_lease(lease)?;
+        if self.tenures.held(hold.0).is_none() {
+            return Err(Error::NotHeld { hold });
+        }
+        let req = self.tenures.extend(&[(hold.0, lease)], self.lock_delay);
+        self.send(
+            req,
+            Purpose::Extend {
+                seq: hold.0,
+                op,
+                lease,
+            },
+        );
+        Ok(())
+    }
+
+    fn cancel(&mut self, op: OpId) {
+        if let Some(seq) = self.tenures.pending_op(op) {
+            self.abandon(
+                seq,
+                Event::NotAcquired {
+                    op,
+                    reason: NotAcquired::Cancelled,
+                },
+                true,
+            );
+        }
     }
 }
 

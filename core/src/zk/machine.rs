@@ -12,15 +12,15 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::base::{Base, InFlight, check_lease, retry_delay, unpack};
+use crate::base::{Base, Commands, InFlight, check_lease, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::owner_token;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, Command, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
-    Response, Wait,
+    Acquire, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId, Response,
+    Wait,
 };
 use crate::zk::{self, ZkOp, ZkReply, ZkSettings};
 
@@ -180,145 +180,6 @@ impl Machine {
             .filter(|(_, t)| matches!(t.state, State::Held(_)))
             .map(|(seq, _)| *seq)
             .collect()
-    }
-
-    // --- commands ---
-
-    pub(crate) fn command(&mut self, cmd: Command) {
-        let op = match &cmd {
-            Command::Acquire(a) => a.op,
-            Command::Release { op, .. } | Command::Extend { op, .. } => *op,
-            Command::AcquireMulti(m) => return self.base.event(crate::multi::not_here(m.op)),
-            Command::Cancel { op } => {
-                if let Some(&seq) = self.acquires.get(op) {
-                    let event = Event::NotAcquired {
-                        op: *op,
-                        reason: NotAcquired::Cancelled,
-                    };
-                    self.abandon(seq, event, true);
-                }
-                return;
-            }
-        };
-        if !self.base.begin(op) {
-            return;
-        }
-        let result = match cmd {
-            Command::Acquire(a) => self.acquire(a),
-            Command::Release { op, hold } => self.release(op, hold),
-            Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
-            Command::Cancel { .. } | Command::AcquireMulti(_) => Ok(()),
-        };
-        if let Err(error) = result {
-            self.base.finish(Event::Failed { op, error });
-        }
-    }
-
-    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        crate::check_name(&a.name)?;
-        // The lease is the session timeout; a lease is still checked, so that a call that
-        // is wrong on Redis is wrong here too.
-        check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-        if !a.fair {
-            // Waiters are sequential nodes, served in order: there is nothing to barge past.
-            return Err(Error::InvalidArgument(
-                "ZooKeeper locks are always fair (waiters are served in order)".into(),
-            ));
-        }
-        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
-            let valid_until = self.valid_until();
-            return match self.tenures.get_mut(&seq).map(|t| &mut t.state) {
-                Some(State::Pending(p)) => Err(Error::AlreadyWaiting { op: p.op }),
-                Some(State::Held(h)) => {
-                    h.count += 1;
-                    let event = Event::Acquired {
-                        op: a.op,
-                        hold: HoldId(seq),
-                        fencing_token: h.fencing_token,
-                        valid_until: valid_until.unwrap_or(self.base.now),
-                        count: h.count,
-                    };
-                    self.base.finish(event);
-                    Ok(())
-                }
-                None => Err(Error::NotHeld { hold: HoldId(seq) }),
-            };
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let wait = match a.wait {
-            Wait::Until(t) if t <= self.base.now => Wait::No,
-            w => w,
-        };
-        self.tenures.insert(
-            seq,
-            Tenure {
-                dir: zk::lock_dir(&self.root, &a.name),
-                token: owner_token(self.client_id, seq),
-                name: a.name.clone(),
-                owner: a.owner,
-                max_hold,
-                state: State::Pending(Pending {
-                    op: a.op,
-                    wait,
-                    node: Node::None,
-                    in_flight: false,
-                }),
-            },
-        );
-        self.slots.insert((a.name, a.owner), seq);
-        self.acquires.insert(a.op, seq);
-        if let Wait::Until(deadline) = wait {
-            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
-        }
-        self.advance(seq);
-        Ok(())
-    }
-
-    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(&hold.0)
-        else {
-            return Err(Error::NotHeld { hold });
-        };
-        h.count -= 1;
-        if h.count > 0 {
-            let count = h.count;
-            self.base.finish(Event::Released { op, hold, count });
-            return Ok(());
-        }
-        // The application stops relying on the lock now, whatever the reply says.
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.forget(hold.0)
-        else {
-            return Err(Error::NotHeld { hold });
-        };
-        let path = h.path;
-        self.send(
-            ZkOp::Delete { path: path.clone() },
-            Purpose::Release { op, hold, path },
-        );
-        Ok(())
-    }
-
-    /// Confirms that the node is still ours; the lease stays the session timeout.
-    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
-        check_lease(lease)?;
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get(&hold.0)
-        else {
-            return Err(Error::NotHeld { hold });
-        };
-        let path = h.path.clone();
-        self.send(ZkOp::Exists { path }, Purpose::Extend { seq: hold.0, op });
-        Ok(())
     }
 
     // --- replies ---
@@ -946,6 +807,132 @@ impl Machine {
 /// Redis and 0 never is one.
 pub(crate) fn fencing_token(sequence: u64) -> u64 {
     sequence + 1
+}
+
+/// The commands, as [`crate::base::dispatch`] hands them over.
+impl Commands for Machine {
+    type Purpose = Purpose;
+
+    fn base(&mut self) -> &mut Base<Purpose> {
+        &mut self.base
+    }
+
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
+        crate::check_name(&a.name)?;
+        // The lease is the session timeout; a lease is still checked, so that a call that
+        // is wrong on Redis is wrong here too.
+        check_lease(a.lease)?;
+        let max_hold = a.max_hold.map(check_lease).transpose()?;
+        if !a.fair {
+            // Waiters are sequential nodes, served in order: there is nothing to barge past.
+            return Err(Error::InvalidArgument(
+                "ZooKeeper locks are always fair (waiters are served in order)".into(),
+            ));
+        }
+        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
+            let valid_until = self.valid_until();
+            return match self.tenures.get_mut(&seq).map(|t| &mut t.state) {
+                Some(State::Pending(p)) => Err(Error::AlreadyWaiting { op: p.op }),
+                Some(State::Held(h)) => {
+                    h.count += 1;
+                    let event = Event::Acquired {
+                        op: a.op,
+                        hold: HoldId(seq),
+                        fencing_token: h.fencing_token,
+                        valid_until: valid_until.unwrap_or(self.base.now),
+                        count: h.count,
+                    };
+                    self.base.finish(event);
+                    Ok(())
+                }
+                None => Err(Error::NotHeld { hold: HoldId(seq) }),
+            };
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let wait = match a.wait {
+            Wait::Until(t) if t <= self.base.now => Wait::No,
+            w => w,
+        };
+        self.tenures.insert(
+            seq,
+            Tenure {
+                dir: zk::lock_dir(&self.root, &a.name),
+                token: owner_token(self.client_id, seq),
+                name: a.name.clone(),
+                owner: a.owner,
+                max_hold,
+                state: State::Pending(Pending {
+                    op: a.op,
+                    wait,
+                    node: Node::None,
+                    in_flight: false,
+                }),
+            },
+        );
+        self.slots.insert((a.name, a.owner), seq);
+        self.acquires.insert(a.op, seq);
+        if let Wait::Until(deadline) = wait {
+            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
+        }
+        self.advance(seq);
+        Ok(())
+    }
+
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get_mut(&hold.0)
+        else {
+            return Err(Error::NotHeld { hold });
+        };
+        h.count -= 1;
+        if h.count > 0 {
+            let count = h.count;
+            self.base.finish(Event::Released { op, hold, count });
+            return Ok(());
+        }
+        // The application stops relying on the lock now, whatever the reply says.
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.forget(hold.0)
+        else {
+            return Err(Error::NotHeld { hold });
+        };
+        let path = h.path;
+        self.send(
+            ZkOp::Delete { path: path.clone() },
+            Purpose::Release { op, hold, path },
+        );
+        Ok(())
+    }
+
+    /// Confirms that the node is still ours; the lease stays the session timeout.
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
+        check_lease(lease)?;
+        let Some(Tenure {
+            state: State::Held(h),
+            ..
+        }) = self.tenures.get(&hold.0)
+        else {
+            return Err(Error::NotHeld { hold });
+        };
+        let path = h.path.clone();
+        self.send(ZkOp::Exists { path }, Purpose::Extend { seq: hold.0, op });
+        Ok(())
+    }
+
+    fn cancel(&mut self, op: OpId) {
+        if let Some(&seq) = self.acquires.get(&op) {
+            let event = Event::NotAcquired {
+                op,
+                reason: NotAcquired::Cancelled,
+            };
+            self.abandon(seq, event, true);
+        }
+    }
 }
 
 impl Machine {
