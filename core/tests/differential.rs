@@ -33,11 +33,17 @@ fn convert(v: resp::Value) -> Value {
 
 /// Fencing tokens come from the server clock (ms × 1000) when that is ahead of the counter,
 /// and the reference runs at the server time read just before the call, which the call may
-/// have crossed by a millisecond or two: numbers that large agree within 3 ms.
+/// have crossed by a millisecond or two: numbers that large agree within [`CROSSED_MS`].
 fn same_number(real: i64, reference: i64) -> bool {
     real == reference
-        || (real.min(reference) >= 1_000_000_000_000 && (real - reference).abs() <= 3_000)
+        || (real.min(reference) >= 1_000_000_000_000
+            && (real - reference).abs() <= CROSSED_MS as i64 * 1000)
 }
+
+/// How far past the time read before it a call may run and still be compared: beyond it the
+/// sequence counts as stalled (tokens taken from the clock could differ by more than
+/// [`same_number`] allows).
+const CROSSED_MS: u64 = 3;
 
 /// Two renderings agree when their text is equal apart from numbers that
 /// [`same_number`] accepts.
@@ -246,8 +252,9 @@ struct Pair {
     store: Store,
 }
 
-/// The machine stalled a comparison for half a tick: an expiry may have fallen between the
-/// call and the comparison, so the sequence is given up rather than guessed at.
+/// The machine stalled a comparison for longer than [`CROSSED_MS`]: a token taken from the
+/// clock, or an expiry, may have fallen between the call and the comparison, so the sequence
+/// is given up rather than guessed at.
 struct Stalled;
 
 impl Pair {
@@ -294,7 +301,7 @@ impl Pair {
                 .expect("script runs on redis-server"),
         );
         let (dumped, real_keys) = dump_real(&mut self.con);
-        if dumped >= at + TICK_MS / 2 {
+        if dumped > at + CROSSED_MS {
             return Err(Stalled);
         }
         let outcome = self
