@@ -18,8 +18,8 @@ use std::time::Duration;
 use dlock_core::redis::{self, Value};
 use dlock_core::zk::{self, ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Notice, Op,
-    OpId, Output, Protocol, RequestId, Response, TransportError, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
+    Notice, Op, OpId, Output, Protocol, RequestId, Response, TransportError, Wait,
 };
 use dlock_testkit::Rng;
 
@@ -138,7 +138,7 @@ impl Ledger {
                 }
                 Output::Event(e) => {
                     self.events += 1;
-                    if let Event::Acquired { hold, .. } = e {
+                    if let Event::Acquired { hold, .. } | Event::AcquiredMulti { hold, .. } = e {
                         self.holds.push(hold.0);
                     }
                     if let Some(op) = e.terminal_op() {
@@ -222,7 +222,7 @@ fn fuzz_engine_inputs() {
             let input = match rng.below(10) {
                 0..=2 => {
                     let op = rng.below(12);
-                    let cmd = match rng.below(5) {
+                    let cmd = match rng.below(6) {
                         0 | 1 => Command::Acquire(Acquire {
                             op: OpId(op),
                             name: name(&mut rng),
@@ -245,10 +245,23 @@ fn fuzz_engine_inputs() {
                             hold: HoldId(pick_hold(&mut rng, &ledger)),
                             lease: duration(&mut rng),
                         },
-                        _ => Command::Cancel { op: OpId(op) },
+                        4 => Command::Cancel { op: OpId(op) },
+                        // Multi-locks of 0 to 3 names (duplicates, empty and overlong names
+                        // among them), and now and then an op id or owner the engine reserves.
+                        _ => Command::AcquireMulti(AcquireMulti {
+                            op: OpId(if rng.chance(50) {
+                                dlock_core::RESERVED_IDS | op
+                            } else {
+                                op
+                            }),
+                            names: (0..rng.below(4)).map(|_| name(&mut rng)).collect(),
+                            lease: duration(&mut rng),
+                            wait: [Wait::No, Wait::Forever][rng.below(2) as usize],
+                            max_hold: None,
+                        }),
                     };
                     if !matches!(cmd, Command::Cancel { .. }) {
-                        ledger.open.insert(op);
+                        ledger.open.insert(cmd.op().0);
                     }
                     Input::Command(cmd)
                 }
