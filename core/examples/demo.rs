@@ -10,8 +10,8 @@ use std::time::Duration;
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Notice, Op, OpId, Output,
-    Response, Wait,
+    Acquire, ClientId, Command, Config, Engine, Event, Input, Instant, Kind, Notice, Op, OpId,
+    Output, Response, Wait,
 };
 
 const LOCK: &str = "nightly-report";
@@ -53,6 +53,7 @@ impl Worker {
             wait: Wait::Forever,
             max_hold: None,
             fair: true,
+            kind: Kind::Mutex,
         }))
     }
 

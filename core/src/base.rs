@@ -4,11 +4,11 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MIN_LEASE};
+use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
 use crate::types::{
-    Acquire, Command, Event, HoldId, Op, OpId, Output, Reply, Request, RequestId, Response,
+    Acquire, Command, Event, HoldId, Kind, Op, OpId, Output, Reply, Request, RequestId, Response,
 };
 
 /// A request under way: when it was sent and what the machine wanted of it.
@@ -192,6 +192,21 @@ pub fn check_name(name: &str) -> Result<(), Error> {
         0 => Err(Error::EmptyName),
         len if len > MAX_NAME_LEN => Err(Error::NameTooLong { len }),
         _ => Ok(()),
+    }
+}
+
+/// Checks what an acquire takes: a semaphore has 1 to [`MAX_PERMITS`] permits. A backend
+/// that offers only locks (`backend` names it) refuses a semaphore.
+pub(crate) fn check_kind(kind: Kind, backend: Option<&str>) -> Result<(), Error> {
+    match (kind, backend) {
+        (Kind::Mutex, _) => Ok(()),
+        (Kind::Semaphore { .. }, Some(backend)) => Err(Error::InvalidArgument(format!(
+            "semaphores need one Redis or Redis Cluster; {backend} offers locks only"
+        ))),
+        (Kind::Semaphore { permits }, None) if (1..=MAX_PERMITS).contains(&permits) => Ok(()),
+        (Kind::Semaphore { permits }, None) => Err(Error::InvalidArgument(format!(
+            "a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"
+        ))),
     }
 }
 

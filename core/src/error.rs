@@ -12,6 +12,8 @@ pub const MAX_NAME_LEN: usize = 1024;
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// Most locks in one multi-lock.
 pub const MAX_MULTI: usize = 64;
+/// Most permits of one semaphore (every permit script reads each holder).
+pub const MAX_PERMITS: u32 = 1024;
 /// Longest lease the engine accepts.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 

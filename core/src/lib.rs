@@ -43,7 +43,9 @@
 //!
 //! ```
 //! use core::time::Duration;
-//! use dlock_core::{Acquire, ClientId, Command, Config, Engine, Input, Instant, OpId, Output, Wait};
+//! use dlock_core::{
+//!     Acquire, ClientId, Command, Config, Engine, Input, Instant, Kind, OpId, Output, Wait,
+//! };
 //!
 //! let mut engine = Engine::new(Config::new(ClientId(7)), Instant::from_nanos(0)).unwrap();
 //! let acquire = Acquire {
@@ -54,6 +56,7 @@
 //!     wait: Wait::No,
 //!     max_hold: None,
 //!     fair: true,
+//!     kind: Kind::Mutex,
 //! };
 //! engine.handle_input(Instant::from_nanos(1), Input::Command(Command::Acquire(acquire)));
 //! let mut requests = 0;
@@ -78,9 +81,11 @@ pub mod zk;
 
 pub use base::check_name;
 pub use engine::{Config, Engine, HoldInfo, Protocol};
-pub use error::{Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MIN_LEASE, TransportError};
+pub use error::{
+    Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, TransportError,
+};
 pub use time::{Instant, drift};
 pub use types::{
-    Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, LostReason, Member,
+    Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, Kind, LostReason, Member,
     NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Reply, Request, RequestId, Response, Wait,
 };

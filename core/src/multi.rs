@@ -24,7 +24,7 @@ use crate::base::check_name;
 use crate::error::{Error, MAX_MULTI};
 use crate::time::Instant;
 use crate::types::{
-    Acquire, AcquireMulti, Command, Event, HoldId, LostReason, Member, NotAcquired, OpId,
+    Acquire, AcquireMulti, Command, Event, HoldId, Kind, LostReason, Member, NotAcquired, OpId,
     RESERVED_IDS, Wait,
 };
 
@@ -456,6 +456,7 @@ impl Multis {
                 wait,
                 max_hold,
                 fair: true,
+                kind: Kind::Mutex,
             })));
     }
 

@@ -20,7 +20,9 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use crate::base::{Base, Commands, InFlight, check_lease, check_name, retry_delay, unpack};
+use crate::base::{
+    Base, Commands, InFlight, check_kind, check_lease, check_name, retry_delay, unpack,
+};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
@@ -868,6 +870,7 @@ impl Commands for Machine {
         check_name(&a.name)?;
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
+        check_kind(a.kind, Some("Redlock"))?;
 
         if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
             let t = self
@@ -903,6 +906,7 @@ impl Commands for Machine {
             seq,
             Tenure {
                 keys: LockKeys::new(&a.name),
+                semaphore: None,
                 name: a.name,
                 owner: a.owner,
                 token: String::new(),

@@ -7,7 +7,7 @@ use core::time::Duration;
 use std::collections::BTreeMap;
 
 use crate::engine::HoldInfo;
-use crate::redis::{self, Fairness, LockKeys, RedisOp};
+use crate::redis::{self, Fairness, LockKeys, Mode, RedisOp, SemaphoreKeys};
 use crate::time::{Instant, drift};
 use crate::timers::{Timer, Timers};
 use crate::types::OpId;
@@ -18,13 +18,64 @@ use crate::types::OpId;
 pub(crate) struct Tenure<P> {
     pub(crate) name: String,
     pub(crate) owner: u64,
+    /// The lock's keys; for a permit, `lock` is the permit's own hash.
     pub(crate) keys: LockKeys,
+    /// A permit of this semaphore, with this many permits (one Redis); `None` for a lock.
+    pub(crate) semaphore: Option<(SemaphoreKeys, u32)>,
     pub(crate) token: String,
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
     /// How its acquires and its final release treat waiters (one Redis; Redlock never queues).
     pub(crate) fairness: Fairness,
     pub(crate) state: State<P>,
+}
+
+impl<P> Tenure<P> {
+    /// The ACQUIRE (PERMIT-ACQUIRE for a permit) of this tenure at `count` levels.
+    pub(crate) fn acquire(
+        &self,
+        lease: Duration,
+        count: u32,
+        mode: Mode,
+        waiter_lease: Duration,
+    ) -> RedisOp {
+        match &self.semaphore {
+            None => redis::acquire(
+                &self.keys,
+                &self.token,
+                lease,
+                count,
+                mode,
+                waiter_lease,
+                self.fairness,
+            ),
+            Some((keys, permits)) => redis::permit_acquire(
+                keys,
+                &self.token,
+                lease,
+                *permits,
+                mode,
+                waiter_lease,
+                self.fairness,
+            ),
+        }
+    }
+
+    /// The RELEASE down to `count` levels (a permit has one).
+    pub(crate) fn release(&self, count: u32) -> RedisOp {
+        match &self.semaphore {
+            None => redis::release(&self.keys, &self.token, count, self.fairness),
+            Some((keys, _)) => redis::permit_release(keys, &self.token, self.fairness),
+        }
+    }
+
+    /// The DEQUEUE of a waiter that gives up.
+    pub(crate) fn dequeue(&self) -> RedisOp {
+        match &self.semaphore {
+            None => redis::dequeue(&self.keys, &self.token),
+            Some((keys, _)) => redis::permit_dequeue(keys, &self.token),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -80,9 +131,12 @@ impl<P: Pending> Tenures<P> {
         }
     }
 
-    /// A new pending tenure.
+    /// A new pending tenure. A lock's is found by (name, owner) from now on; a permit is
+    /// never reentered.
     pub(crate) fn insert(&mut self, seq: u64, tenure: Tenure<P>) {
-        self.slots.insert((tenure.name.clone(), tenure.owner), seq);
+        if tenure.semaphore.is_none() {
+            self.slots.insert((tenure.name.clone(), tenure.owner), seq);
+        }
         if let State::Pending(p) = &tenure.state {
             self.acquires.insert(p.op(), seq);
         }
@@ -144,7 +198,9 @@ impl<P: Pending> Tenures<P> {
     /// Removes a tenure, everything that points at it and its timers.
     pub(crate) fn forget(&mut self, seq: u64, timers: &mut Timers) -> Option<Tenure<P>> {
         let t = self.by_seq.remove(&seq)?;
-        self.slots.remove(&(t.name.clone(), t.owner));
+        if t.semaphore.is_none() {
+            self.slots.remove(&(t.name.clone(), t.owner));
+        }
         if let State::Pending(p) = &t.state {
             self.acquires.remove(&p.op());
         }

@@ -36,6 +36,21 @@ pub enum Wait {
     Forever,
 }
 
+/// What an acquire takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// The lock `name` (the default): one holder at a time, reentrant for its owner.
+    #[default]
+    Mutex,
+    /// One permit of the semaphore `name`, which has `permits` of them (1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)): at most that many holders at a time. Every
+    /// acquire is a permit of its own with its own lease, hold and fencing token (not
+    /// reentrant); only its hold releases it. Every client must give the same number: while
+    /// anyone holds or waits, another number fails the acquire with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument). One Redis only.
+    Semaphore { permits: u32 },
+}
+
 /// One acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquire {
@@ -57,6 +72,8 @@ pub struct Acquire {
     /// (more throughput when some waiters are slow to answer, no order). One Redis; Redlock
     /// never queues, and ZooKeeper refuses non-fair acquires.
     pub fair: bool,
+    /// A lock, or a permit of a semaphore.
+    pub kind: Kind,
 }
 
 /// Op ids, owners and hold ids from this value up are the engine's own (multi-locks and their

@@ -16,7 +16,7 @@ use std::time::Duration;
 use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::Store;
-use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, Value};
+use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, SemaphoreKeys, Value};
 use dlock_testkit::{RedisServer, Rng};
 
 fn convert(v: resp::Value) -> Value {
@@ -78,11 +78,13 @@ fn same_text(real: &str, reference: &str) -> bool {
         })
 }
 
-/// Replies agree, except remaining TTLs (ACQUIRE's `{0, pttl}` and `{2, pttl, latest}`,
+/// Replies agree, except remaining TTLs ((PERMIT-)ACQUIRE's `{0, pttl}` and `{2, pttl, latest}`,
 /// STATUS's fourth item) within 50 ms, and fencing tokens as [`same_number`] says.
 fn same_reply(script: Script, real: &Value, reference: &Value) -> bool {
     let ttl_at = match (script, real) {
-        (Script::Acquire, Value::Array(a)) if matches!(a.first(), Some(Value::Int(0 | 2))) => {
+        (Script::Acquire | Script::PermitAcquire, Value::Array(a))
+            if matches!(a.first(), Some(Value::Int(0 | 2))) =>
+        {
             Some(1)
         }
         (Script::Status, _) => Some(3),
@@ -194,7 +196,10 @@ fn server_floor_guess() -> u64 {
 }
 
 fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
-    let keys = LockKeys::new(names[rng.below(names.len() as u64) as usize]);
+    let name = names[rng.below(names.len() as u64) as usize];
+    let keys = LockKeys::new(name);
+    // One semaphore, so that its permits run out and its waiters queue.
+    let sem = SemaphoreKeys::new(names[0]);
     let token = &tokens[rng.below(tokens.len() as u64) as usize];
     let mut lease = || {
         if rng.below(3) == 0 {
@@ -204,7 +209,23 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         }
     };
     let (lease, waiter_lease) = (lease(), lease());
-    match rng.below(11) {
+    match rng.below(17) {
+        11..=13 => {
+            // Mostly 2 permits; now and then 1, which the semaphore refuses while in use.
+            let permits = if rng.below(8) == 0 { 1 } else { 2 };
+            let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
+            redis::permit_acquire(
+                &sem,
+                token,
+                lease,
+                permits,
+                mode,
+                waiter_lease,
+                fairness(rng),
+            )
+        }
+        14..=15 => redis::permit_release(&sem, token, fairness(rng)),
+        16 => redis::permit_dequeue(&sem, token),
         10 => {
             // Below, near or above the counters (which start at the server time × 1000).
             let fencing = [7, server_floor_guess(), 1 << 52][rng.below(3) as usize];
@@ -230,8 +251,13 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
             let n = 1 + rng.below(3) as usize;
             let picks: Vec<(LockKeys, String, Duration)> = (0..n)
                 .map(|_| {
-                    let k = LockKeys::new(names[rng.below(names.len() as u64) as usize]);
+                    let name = names[rng.below(names.len() as u64) as usize];
                     let t = tokens[rng.below(tokens.len() as u64) as usize].clone();
+                    // A lock, or the permit that token would hold.
+                    let k = match rng.below(3) {
+                        0 => SemaphoreKeys::new(name).lock_keys(&t),
+                        _ => LockKeys::new(name),
+                    };
                     (k, t, Duration::from_secs(30 + rng.below(90)))
                 })
                 .collect();
@@ -283,7 +309,8 @@ impl Pair {
     }
 
     /// Runs `op` on both just after a clock tick; panics when replies or keyspaces differ.
-    fn compare(&mut self, op: RedisOp, what: &str) -> Result<(), Stalled> {
+    /// Returns redis-server's reply.
+    fn compare(&mut self, op: RedisOp, what: &str) -> Result<Value, Stalled> {
         let RedisOp::Eval { script, keys, args } = op else {
             unreachable!()
         };
@@ -333,7 +360,7 @@ impl Pair {
             outcome.reply,
             differing.join("\n  "),
         );
-        Ok(())
+        Ok(real)
     }
 }
 
@@ -430,7 +457,121 @@ fn non_fair_scripts_match_redis_server() {
         pair.reset();
         let all = steps
             .iter()
-            .try_for_each(|(what, op)| pair.compare(op.clone(), what));
+            .try_for_each(|(what, op)| pair.compare(op.clone(), what).map(drop));
+        if all.is_ok() {
+            return;
+        }
+        println!("attempt {attempt} stalled; again");
+    }
+    panic!("every attempt was stalled by the machine");
+}
+
+/// The semaphore's paths, step by step: permits taken up to the number, waiters queued in
+/// order, a release handing its permit to the first waiter (and a non-fair one only waking
+/// it), another number of permits refused while in use, a waiter that gives up a permit
+/// handed to it passing it on, and permits that ran out handed to waiters by a newcomer's
+/// acquire.
+#[test]
+fn permit_scripts_match_redis_server() {
+    use redis::Fairness::*;
+    let mut pair = Pair::start();
+    let sem = SemaphoreKeys::new("pool");
+    let t: Vec<String> = (1..=5)
+        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .collect();
+    let (lease, short) = (Duration::from_secs(60), Duration::from_millis(205));
+    let take = |token: &str, lease, mode, fairness| {
+        redis::permit_acquire(
+            &sem,
+            token,
+            lease,
+            2,
+            mode,
+            Duration::from_secs(60),
+            fairness,
+        )
+    };
+    // Each step, and the first number of the reply it must get (then the handed count of a
+    // release, or nothing to check).
+    let steps = [
+        ("t0 takes a permit", take(&t[0], lease, Mode::Try, Fair), 1),
+        (
+            "t1 takes the second, for a moment",
+            take(&t[1], short, Mode::Wait, Fair),
+            1,
+        ),
+        ("t2 finds none", take(&t[2], lease, Mode::Try, Fair), 0),
+        ("t2 queues", take(&t[2], lease, Mode::Wait, Fair), 2),
+        ("t3 queues", take(&t[3], lease, Mode::Wait, NonFair), 2),
+        (
+            "3 permits are refused",
+            redis::permit_acquire(&sem, &t[4], lease, 3, Mode::Try, lease, Fair),
+            4,
+        ),
+        (
+            "t0 hands its permit to t2",
+            redis::permit_release(&sem, &t[0], Fair),
+            2,
+        ),
+        ("t2 claims it", take(&t[2], lease, Mode::Refresh, Fair), 1),
+        (
+            "t1's permit ran out: t4's try hands it to t3",
+            take(&t[4], lease, Mode::Try, Fair),
+            0,
+        ),
+        ("t4 queues", take(&t[4], lease, Mode::Wait, Fair), 2),
+        (
+            "t3 gives up its handed permit: t4 gets it",
+            redis::permit_dequeue(&sem, &t[3]),
+            2,
+        ),
+        ("t0 queues", take(&t[0], lease, Mode::Wait, Fair), 2),
+        (
+            "t2 frees its permit, waking t0",
+            redis::permit_release(&sem, &t[2], NonFair),
+            2,
+        ),
+        ("t1 barges", take(&t[1], lease, Mode::Try, NonFair), 1),
+        ("t0 finds none", take(&t[0], lease, Mode::Refresh, Fair), 2),
+        (
+            "t1 releases to t0",
+            redis::permit_release(&sem, &t[1], Fair),
+            2,
+        ),
+        (
+            "t1 no longer holds",
+            redis::permit_release(&sem, &t[1], Fair),
+            0,
+        ),
+        (
+            "t0 and t4 hold and renew",
+            redis::extend(
+                [&t[0], &t[4]]
+                    .map(|t| (sem.permit(t), t.as_str()))
+                    .iter()
+                    .map(|(k, t)| (k.as_str(), *t, lease)),
+            ),
+            1,
+        ),
+    ];
+    for attempt in 0..5 {
+        pair.reset();
+        let all = steps.iter().try_for_each(|(what, op, first)| {
+            if what.starts_with("t1's permit ran out") {
+                std::thread::sleep(short);
+            }
+            let reply = pair.compare(op.clone(), what)?;
+            let got = match &reply {
+                Value::Int(n) => *n,
+                Value::Array(items) => match items.first() {
+                    Some(Value::Int(n)) => *n,
+                    _ => panic!("{what}: {reply:?}"),
+                },
+                _ => panic!("{what}: {reply:?}"),
+            };
+            assert_eq!(got, *first, "{what}: {reply:?}");
+            Ok::<(), Stalled>(())
+        });
         if all.is_ok() {
             return;
         }

@@ -6,8 +6,8 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
-    LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Request,
-    Response, Wait, drift,
+    Kind, LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS,
+    Request, Response, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -143,6 +143,7 @@ fn acquire(op: u64, name: &str, owner: u64, lease: Duration, wait: Wait) -> Comm
         wait,
         max_hold: None,
         fair: true,
+        kind: Kind::Mutex,
     })
 }
 
@@ -198,6 +199,7 @@ fn invalid_input_is_refused_before_anything_is_sent() {
                 wait: Wait::No,
                 max_hold: Some(Duration::ZERO),
                 fair: true,
+                kind: Kind::Mutex,
             }),
             Error::InvalidLease {
                 lease: Duration::ZERO,
@@ -488,6 +490,7 @@ fn max_hold_stops_renewal_and_releases() {
             wait: Wait::No,
             max_hold: Some(Duration::from_millis(2500)),
             fair: true,
+            kind: Kind::Mutex,
         }),
     );
     let (hold, _, _) = acquired(&bed.take(0));
@@ -1337,4 +1340,165 @@ fn closing_loses_a_held_multi_lock_once_and_fails_a_waiting_one() {
             error: Error::Closed
         }]
     );
+}
+
+fn permit(op: u64, name: &str, permits: u32, wait: Wait) -> Command {
+    match acquire(op, name, 1, 10 * SEC, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            kind: Kind::Semaphore { permits },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
+}
+
+fn release(bed: &mut Bed, c: usize, op: u64, hold: HoldId) {
+    bed.cmd(
+        c,
+        Command::Release {
+            op: OpId(op),
+            hold,
+        },
+    );
+    assert_eq!(
+        bed.take(c),
+        [Event::Released {
+            op: OpId(op),
+            hold,
+            count: 0
+        }]
+    );
+}
+
+#[test]
+fn a_semaphore_gives_each_acquire_a_permit_of_its_own_up_to_its_number() {
+    let mut bed = Bed::new(2);
+    // One owner, two permits: two holds, two tokens, no reentrancy.
+    bed.cmd(0, permit(1, "pool", 2, Wait::No));
+    let (a, token_a, count_a) = acquired(&bed.take(0));
+    bed.cmd(0, permit(2, "pool", 2, Wait::No));
+    let (b, token_b, count_b) = acquired(&bed.take(0));
+    assert!(a != b && token_b > token_a && count_a == 1 && count_b == 1);
+    // The lock of the same name is another thing, free.
+    bed.acquire(1, 3, "pool", Wait::No);
+    let (lock, _, _) = acquired(&bed.take(1));
+    bed.cmd(1, permit(4, "pool", 2, Wait::No));
+    assert_eq!(
+        bed.take(1),
+        [Event::NotAcquired {
+            op: OpId(4),
+            reason: NotAcquired::Busy
+        }]
+    );
+    release(&mut bed, 1, 5, lock);
+    // A permit's release frees it for the next acquire; the other permit stays held.
+    release(&mut bed, 0, 6, a);
+    bed.cmd(1, permit(7, "pool", 2, Wait::No));
+    let (c, token_c, _) = acquired(&bed.take(1));
+    assert!(token_c > token_b);
+    // Both holds are renewed by the watchdog, like locks.
+    bed.advance(4 * SEC);
+    for (client, hold) in [(0, b), (1, c)] {
+        let events = bed.take(client);
+        assert!(
+            matches!(events.as_slice(), [Event::Renewed { hold: h, .. }] if *h == hold),
+            "{events:?}"
+        );
+    }
+}
+
+#[test]
+fn permit_waiters_are_served_in_order_one_release_each() {
+    let mut bed = Bed::new(3);
+    bed.cmd(0, permit(1, "pool", 2, Wait::No));
+    let (a, _, _) = acquired(&bed.take(0));
+    bed.cmd(0, permit(2, "pool", 2, Wait::No));
+    let (b, _, _) = acquired(&bed.take(0));
+    bed.cmd(1, permit(1, "pool", 2, Wait::Forever));
+    bed.advance(Duration::from_millis(1));
+    bed.cmd(2, permit(1, "pool", 2, Wait::Forever));
+    assert!(bed.take(1).is_empty() && bed.take(2).is_empty());
+    // The first release goes to the first waiter only, by the wake-up alone.
+    bed.take_sent(1);
+    release(&mut bed, 0, 3, a);
+    acquired(&bed.take(1));
+    assert!(bed.take(2).is_empty());
+    assert!(bed.take_sent(1).iter().all(|op| matches!(
+        op,
+        RedisOp::Eval {
+            script: redis::Script::Extend,
+            ..
+        }
+    )));
+    release(&mut bed, 0, 4, b);
+    acquired(&bed.take(2));
+}
+
+#[test]
+fn a_semaphore_in_use_refuses_another_number_of_permits() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, permit(1, "pool", 2, Wait::No));
+    let (a, _, _) = acquired(&bed.take(0));
+    bed.cmd(1, permit(1, "pool", 3, Wait::Forever));
+    match bed.take(1).as_slice() {
+        [
+            Event::Failed {
+                op: OpId(1),
+                error: Error::InvalidArgument(why),
+            },
+        ] => assert!(why.contains("2 permits"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Once nobody holds or waits, the number may change.
+    release(&mut bed, 0, 2, a);
+    bed.cmd(1, permit(2, "pool", 1, Wait::No));
+    acquired(&bed.take(1));
+    bed.cmd(0, permit(3, "pool", 1, Wait::No));
+    assert_eq!(
+        bed.take(0),
+        [Event::NotAcquired {
+            op: OpId(3),
+            reason: NotAcquired::Busy
+        }]
+    );
+}
+
+#[test]
+fn bad_semaphores_are_refused_before_anything_is_sent() {
+    let mut bed = Bed::new(1);
+    bed.take_sent(0);
+    for (op, permits) in [(1, 0), (2, dlock_core::MAX_PERMITS + 1)] {
+        bed.cmd(0, permit(op, "pool", permits, Wait::No));
+        assert!(
+            matches!(
+                bed.take(0).as_slice(),
+                [Event::Failed {
+                    error: Error::InvalidArgument(_),
+                    ..
+                }]
+            ),
+            "{permits} permits"
+        );
+    }
+    assert!(bed.take_sent(0).is_empty());
+    // ZooKeeper and Redlock offer locks only.
+    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
+    for protocol in [zk, dlock_core::Protocol::Redlock { nodes: 3 }] {
+        let mut config = Config::new(ClientId(9));
+        config.protocol = protocol.clone();
+        let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();
+        while engine.poll_output().is_some() {}
+        engine.handle_input(
+            Instant::from_nanos(1),
+            Input::Command(permit(1, "pool", 2, Wait::No)),
+        );
+        match engine.poll_output() {
+            Some(Output::Event(Event::Failed {
+                op: OpId(1),
+                error: Error::InvalidArgument(_),
+            })) => {}
+            other => panic!("{protocol:?}: {other:?}"),
+        }
+        assert_eq!(engine.poll_output(), None, "nothing sent");
+    }
 }

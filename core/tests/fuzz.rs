@@ -19,7 +19,7 @@ use dlock_core::redis::{self, Value};
 use dlock_core::zk::{self, ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
-    Notice, Op, OpId, Output, Protocol, RequestId, Response, TransportError, Wait,
+    Kind, Notice, Op, OpId, Output, Protocol, RequestId, Response, TransportError, Wait,
 };
 use dlock_testkit::Rng;
 
@@ -235,6 +235,12 @@ fn fuzz_engine_inputs() {
                             },
                             max_hold: rng.chance(200).then(|| duration(&mut rng)),
                             fair: rng.below(3) != 0,
+                            kind: match rng.below(6) {
+                                0 => Kind::Semaphore {
+                                    permits: rng.below(4) as u32,
+                                },
+                                _ => Kind::Mutex,
+                            },
                         }),
                         2 => Command::Release {
                             op: OpId(op),

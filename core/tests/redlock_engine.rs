@@ -7,8 +7,9 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{LockKeys, LockStatus, RedisOp, Script, Value};
 use dlock_core::redlock::{merge_status, quorum};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
-    NotAcquired, Op, OpId, Output, Protocol, Request, Response, TransportError, Wait, drift,
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind,
+    LostReason, NotAcquired, Op, OpId, Output, Protocol, Request, Response, TransportError, Wait,
+    drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -175,6 +176,7 @@ fn acquire(op: u64, wait: Wait) -> Command {
         wait,
         max_hold: None,
         fair: true,
+        kind: Kind::Mutex,
     })
 }
 

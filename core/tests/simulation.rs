@@ -26,7 +26,11 @@
 //!    held the lock (paused, or not yet told) and had not released it;
 //! 5. multi-locks are all or none: an acquired multi-lock holds exactly the names asked for
 //!    (in canonical order), each a new tenure checked by 1, 2 and 4;
-//! 6. no panic.
+//! 6. semaphores (one Redis; `pool` has 2 permits, `a{b}c` 3, apart from the lock `a{b}c`):
+//!    never more permits held with validity left than the semaphore has — nor, counting
+//!    permits whose holder lapsed less than its lock-delay ago, when a new permit starts —
+//!    and no fencing token given to two permits of one semaphore;
+//! 7. no panic.
 //!
 //! `DLOCK_SIM_SEEDS=N` sets the number of seeds, `DLOCK_SIM_SEED=S` replays one seed, and
 //! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
@@ -40,7 +44,7 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::ZkSettings;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
     LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError,
     Wait,
 };
@@ -50,6 +54,8 @@ const MS: u64 = 1_000_000;
 /// Server wall clock at the start (ms since 1970), as a real server would report it.
 const SERVER_EPOCH_MS: u64 = 1_764_000_000_000;
 const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
+/// Semaphores and their permits (a semaphore and a lock of one name are apart).
+const SEMAPHORES: [(&str, u32); 2] = [("pool", 2), ("a{b}c", 3)];
 const STEPS_PER_SEED: u64 = 5_000;
 const DRAIN_LIMIT: u64 = 120_000 * MS;
 
@@ -132,6 +138,8 @@ struct Belief {
     valid_until: Instant,
     /// True time at which the application intends to drop one count.
     release_at: u64,
+    /// A permit of the semaphore `locks[0]` (which has this many), not a lock.
+    permits: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -143,6 +151,10 @@ enum OpKind {
     /// The names in canonical order.
     AcquireMulti {
         names: Vec<String>,
+    },
+    AcquirePermit {
+        name: String,
+        permits: u32,
     },
     Release {
         hold: HoldId,
@@ -199,6 +211,10 @@ struct World {
     /// Per lock: true time before which no new tenure may start, because a holder with
     /// lock-delay lapsed (told lost as its lease ran out, or crashed) without releasing.
     lapses: BTreeMap<String, u64>,
+    /// Per semaphore: the true times until which lapsed permits stay taken (lock-delay).
+    permit_lapses: BTreeMap<String, Vec<u64>>,
+    /// Per semaphore: every fencing token its permits got.
+    permit_tokens: BTreeMap<String, std::collections::BTreeSet<u64>>,
     draining: bool,
     trace: Option<VecDeque<String>>,
     stats: Stats,
@@ -224,6 +240,8 @@ struct Stats {
     acquired: u64,
     /// Multi-locks acquired (counted in `acquired` too).
     multi: u64,
+    /// Semaphore permits acquired (counted in `acquired` too).
+    permits: u64,
     lost: u64,
     pauses: u64,
     crashes: u64,
@@ -270,6 +288,8 @@ impl World {
             clients,
             last_token: BTreeMap::new(),
             lapses: BTreeMap::new(),
+            permit_lapses: BTreeMap::new(),
+            permit_tokens: BTreeMap::new(),
             draining: false,
             trace: trace.then(VecDeque::new),
             stats: Stats::default(),
@@ -623,7 +643,54 @@ impl World {
                     self.new_tenure(c, *hold, locks, *valid_until, release_at);
                 }
                 (
-                    OpKind::Acquire { .. } | OpKind::AcquireMulti { .. },
+                    OpKind::AcquirePermit { name, permits },
+                    Event::Acquired {
+                        hold,
+                        fencing_token,
+                        valid_until,
+                        count,
+                        ..
+                    },
+                ) => {
+                    if *count != 1 || self.clients[c].beliefs.contains_key(hold) {
+                        self.fail(format!(
+                            "client {c}: a permit of {name} reused {hold:?} or has count {count}"
+                        ));
+                    }
+                    if !self
+                        .permit_tokens
+                        .entry(name.clone())
+                        .or_default()
+                        .insert(*fencing_token)
+                    {
+                        self.fail(format!(
+                            "client {c}: two permits of {name} got token {fencing_token}"
+                        ));
+                    }
+                    self.stats.acquired += 1;
+                    self.stats.permits += 1;
+                    let (name, permits, hold, valid_until) =
+                        (name.clone(), *permits, *hold, *valid_until);
+                    self.check_permits(c, &name, permits);
+                    let release_at = self.now
+                        + if self.draining {
+                            0
+                        } else {
+                            self.rng.range(0, 1500) * MS
+                        };
+                    let belief = Belief {
+                        locks: vec![(name, *fencing_token)],
+                        count: 1,
+                        valid_until,
+                        release_at,
+                        permits: Some(permits),
+                    };
+                    self.clients[c].beliefs.insert(hold, belief);
+                }
+                (
+                    OpKind::Acquire { .. }
+                    | OpKind::AcquireMulti { .. }
+                    | OpKind::AcquirePermit { .. },
                     Event::NotAcquired { .. } | Event::Failed { .. },
                 )
                 | (OpKind::Release { .. }, Event::Released { .. } | Event::Failed { .. })
@@ -682,6 +749,11 @@ impl World {
         }
         let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
         let until = client.global(b.valid_until) + delay;
+        if b.permits.is_some() {
+            let name = b.locks[0].0.clone();
+            self.permit_lapses.entry(name).or_default().push(until);
+            return;
+        }
         for (name, _) in &b.locks {
             let entry = self.lapses.entry(name.clone()).or_insert(0);
             *entry = (*entry).max(until);
@@ -712,6 +784,7 @@ impl World {
             count: 1,
             valid_until,
             release_at,
+            permits: None,
         };
         self.clients[c].beliefs.insert(hold, belief);
     }
@@ -732,7 +805,7 @@ impl World {
             if i == c || client.lock_delay.is_zero() {
                 continue;
             }
-            for (hold, b) in &client.beliefs {
+            for (hold, b) in client.beliefs.iter().filter(|(_, b)| b.permits.is_none()) {
                 let releasing = client
                     .ops
                     .values()
@@ -754,8 +827,65 @@ impl World {
         }
     }
 
-    /// Check 1: at most one holder per lock whose validity has not run out in true time.
+    /// Check 6, as client `c` starts a permit of semaphore `name`: the permits held with
+    /// validity left, those whose holder's validity ran out less than its lock-delay ago
+    /// (unless it is releasing), and those lapsed within their lock-delay, are fewer than
+    /// `permits`.
+    fn check_permits(&self, c: usize, name: &str, permits: u32) {
+        let mut taken = Vec::new();
+        for (i, client) in self.clients.iter().enumerate() {
+            if client.engine.is_none() {
+                continue;
+            }
+            let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
+            for (hold, b) in &client.beliefs {
+                let releasing = client
+                    .ops
+                    .values()
+                    .any(|k| matches!(k, OpKind::Release { hold: h } if h == hold));
+                let until = client.global(b.valid_until);
+                if b.permits.is_some()
+                    && b.locks[0].0 == name
+                    && (until > self.now || (!releasing && self.now < until + delay))
+                {
+                    taken.push(format!("client {i} token {}", b.locks[0].1));
+                }
+            }
+        }
+        let lapsed = self
+            .permit_lapses
+            .get(name)
+            .map_or(0, |l| l.iter().filter(|&&until| until > self.now).count());
+        if taken.len() + lapsed >= permits as usize {
+            self.fail(format!(
+                "client {c} took a permit of {name} ({permits} permits) while {} are held and {lapsed} lapsed within their lock-delay: {}",
+                taken.len(),
+                taken.join(", ")
+            ));
+        }
+    }
+
+    /// Check 1: at most one holder per lock whose validity has not run out in true time;
+    /// check 6: at most as many permits of a semaphore.
     fn check_exclusion(&self) {
+        for (name, permits) in SEMAPHORES {
+            let held = self
+                .clients
+                .iter()
+                .filter(|cl| cl.engine.is_some())
+                .flat_map(|cl| cl.beliefs.values().map(move |b| (cl, b)))
+                .filter(|(cl, b)| {
+                    b.permits.is_some()
+                        && b.locks[0].0 == name
+                        && cl.global(b.valid_until) > self.now
+                })
+                .count();
+            if held > permits as usize {
+                self.fail(format!(
+                    "{held} permits of {name} held, which has {permits}"
+                ));
+            }
+        }
         for name in NAMES {
             let holders: Vec<(usize, u64, &Belief)> = self
                 .clients
@@ -763,6 +893,7 @@ impl World {
                 .enumerate()
                 .filter(|(_, cl)| cl.engine.is_some())
                 .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, b)))
+                .filter(|(_, b)| b.permits.is_none())
                 .filter_map(|(i, b)| {
                     let (_, token) = b.locks.iter().find(|(n, _)| n == name)?;
                     (self.clients[i].global(b.valid_until) > self.now).then_some((i, *token, b))
@@ -878,7 +1009,14 @@ impl World {
             let pending: Vec<OpId> = self.clients[c]
                 .ops
                 .iter()
-                .filter(|(_, k)| matches!(k, OpKind::Acquire { .. } | OpKind::AcquireMulti { .. }))
+                .filter(|(_, k)| {
+                    matches!(
+                        k,
+                        OpKind::Acquire { .. }
+                            | OpKind::AcquireMulti { .. }
+                            | OpKind::AcquirePermit { .. }
+                    )
+                })
                 .map(|(op, _)| *op)
                 .collect();
             if let Some(&target) = pending.first() {
@@ -902,6 +1040,27 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
+            if (50..60).contains(&roll) && self.zk.is_none() && self.redlock.is_none() {
+                // A permit of a semaphore (one Redis).
+                let (name, permits) = *self.rng.pick(&SEMAPHORES);
+                let fair = !self.rng.chance(333);
+                let kind = OpKind::AcquirePermit {
+                    name: name.to_owned(),
+                    permits,
+                };
+                return self.command(c, kind, |op| {
+                    Command::Acquire(Acquire {
+                        op,
+                        name: name.to_owned(),
+                        owner: 1,
+                        lease,
+                        wait,
+                        max_hold,
+                        fair,
+                        kind: Kind::Semaphore { permits },
+                    })
+                });
+            }
             if roll >= 60 {
                 // A multi-lock of two or three names, given in any order, maybe twice.
                 let names: Vec<String> = (0..self.rng.range(2, 4))
@@ -942,6 +1101,7 @@ impl World {
                     wait,
                     max_hold,
                     fair,
+                    kind: Kind::Mutex,
                 })
             })
         }
@@ -1405,6 +1565,7 @@ fn simulation() {
         total.steps += s.steps;
         total.acquired += s.acquired;
         total.multi += s.multi;
+        total.permits += s.permits;
         total.lost += s.lost;
         total.pauses += s.pauses;
         total.crashes += s.crashes;
@@ -1415,7 +1576,7 @@ fn simulation() {
         total.breaks += s.breaks;
     }
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
@@ -1424,6 +1585,7 @@ fn simulation() {
         total.steps,
         total.acquired,
         total.multi,
+        total.permits,
         total.lost,
         total.pauses,
         total.crashes,
@@ -1438,7 +1600,10 @@ fn simulation() {
             total.steps
         );
         assert!(
-            total.acquired > 10_000 && total.multi > 1_000 && total.lost > 100,
+            total.acquired > 10_000
+                && total.multi > 1_000
+                && total.permits > 1_000
+                && total.lost > 100,
             "the simulation exercised too little: {total:?}"
         );
     }

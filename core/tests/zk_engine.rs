@@ -6,8 +6,9 @@ use std::time::Duration;
 use dlock_core::zk::reference::{SessionId, Store};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, LostReason,
-    NotAcquired, Notice, Op, OpId, Output, Protocol, Request, Response, TransportError, Wait,
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind,
+    LostReason, NotAcquired, Notice, Op, OpId, Output, Protocol, Request, Response, TransportError,
+    Wait,
 };
 
 const SESSION: Duration = Duration::from_secs(3);
@@ -121,6 +122,7 @@ fn acquire(op: u64, wait: Wait) -> Command {
         wait,
         max_hold: None,
         fair: true,
+        kind: Kind::Mutex,
     })
 }
 

@@ -3,18 +3,20 @@
 
 use core::time::Duration;
 
-use crate::base::{Base, Commands, InFlight, check_lease, check_name, retry_delay, unpack};
+use crate::base::{
+    Base, Commands, InFlight, check_kind, check_lease, check_name, retry_delay, unpack,
+};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
-    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value, Wake,
+    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, SemaphoreKeys, Value, Wake,
 };
 use crate::tenures::{self, Held, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, ClientId, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
-    Response, Wait,
+    Acquire, ClientId, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Reply,
+    RequestId, Response, Wait,
 };
 
 type Tenure = tenures::Tenure<Pending>;
@@ -207,6 +209,13 @@ impl Machine {
                 } else if free {
                     self.send_acquire(seq);
                 }
+            }
+            Ok(AcquireReply::OtherPermits { permits }) if t.semaphore.is_some() => {
+                let error = Error::InvalidArgument(format!(
+                    "semaphore {:?} is in use with {permits} permits",
+                    t.name
+                ));
+                self.abandon(seq, Event::Failed { op, error }, false);
             }
             Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
                 // Our place was given up (we were silent longer than the waiter lease): queue again.
@@ -556,14 +565,11 @@ impl Machine {
         };
         p.in_flight = true;
         let mode = p.mode;
-        let req = redis::acquire(
-            &t.keys,
-            &t.token,
+        let req = t.acquire(
             t.lease + self.lock_delay,
             1,
             mode,
             waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
-            t.fairness,
         );
         self.base.timers.clear(Timer::Refresh(seq));
         self.send(req, Purpose::Acquire { seq, mode });
@@ -626,10 +632,7 @@ impl Machine {
             _ => false,
         };
         if give_back && !self.base.closed {
-            self.send(
-                redis::release(&t.keys, &t.token, 0, t.fairness),
-                Purpose::Cleanup,
-            );
+            self.send(t.release(0), Purpose::Cleanup);
         }
         self.event(Event::Lost {
             hold: HoldId(seq),
@@ -663,7 +666,7 @@ impl Machine {
     fn abandon(&mut self, seq: u64, event: Event, cleanup: bool) {
         let Some(t) = self.forget(seq) else { return };
         if cleanup && !self.base.closed {
-            self.send(redis::dequeue(&t.keys, &t.token), Purpose::Cleanup);
+            self.send(t.dequeue(), Purpose::Cleanup);
         }
         self.finish(event);
     }
@@ -707,8 +710,14 @@ impl Commands for Machine {
         check_name(&a.name)?;
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
+        check_kind(a.kind, None)?;
 
-        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
+        // A lock's owner reenters its tenure; every permit is a tenure of its own.
+        if let Some(seq) = self
+            .tenures
+            .slot(&a.name, a.owner)
+            .filter(|_| a.kind == Kind::Mutex)
+        {
             let t = self
                 .tenures
                 .get_mut(seq)
@@ -719,14 +728,11 @@ impl Commands for Machine {
                     // The server's count mirrors granted levels plus reentries under way.
                     h.reentering += 1;
                     let count = h.count + h.reentering;
-                    let op_ = redis::acquire(
-                        &t.keys,
-                        &t.token,
+                    let op_ = t.acquire(
                         t.lease + self.lock_delay,
                         count,
                         Mode::Refresh,
                         waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
-                        t.fairness,
                     );
                     let lease = t.lease;
                     self.send(
@@ -754,10 +760,18 @@ impl Commands for Machine {
             Mode::Wait
         };
         let token = redis::owner_token(self.client_id, seq);
+        let (keys, semaphore) = match a.kind {
+            Kind::Mutex => (LockKeys::new(&a.name), None),
+            Kind::Semaphore { permits } => {
+                let keys = SemaphoreKeys::new(&a.name);
+                (keys.lock_keys(&token), Some((keys, permits)))
+            }
+        };
         self.tenures.insert(
             seq,
             Tenure {
-                keys: LockKeys::new(&a.name),
+                keys,
+                semaphore,
                 name: a.name,
                 owner: a.owner,
                 token,
@@ -793,15 +807,12 @@ impl Commands for Machine {
         let count = h.count;
         if count > 0 {
             let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
-            let req = redis::release(&t.keys, &t.token, count, t.fairness);
+            let req = t.release(count);
             self.send(req, Purpose::Release { seq, op, count });
         } else {
             // The application stops relying on the lock now, whatever the reply says.
             let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
-            self.send(
-                redis::release(&t.keys, &t.token, 0, t.fairness),
-                Purpose::Release { seq, op, count },
-            );
+            self.send(t.release(0), Purpose::Release { seq, op, count });
         }
         Ok(())
     }

@@ -16,6 +16,8 @@ use crate::types::ClientId;
 pub const PROTOCOL_VERSION: u32 = 1;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
+/// Helpers of the permit scripts, after [`PRELUDE`].
+const PERMITS: &str = include_str!("lua/permits.lua");
 
 /// The protocol's scripts. Run with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -28,16 +30,23 @@ pub enum Script {
     Status,
     /// Redlock: record a tenure's fencing token on one node (raise the node's counter to it).
     Raise,
+    /// Semaphores: ACQUIRE, RELEASE and DEQUEUE of one permit.
+    PermitAcquire,
+    PermitRelease,
+    PermitDequeue,
 }
 
 impl Script {
-    pub const ALL: [Script; 6] = [
+    pub const ALL: [Script; 9] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
         Script::Extend,
         Script::Status,
         Script::Raise,
+        Script::PermitAcquire,
+        Script::PermitRelease,
+        Script::PermitDequeue,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -49,23 +58,26 @@ impl Script {
             Script::Extend => "extend",
             Script::Status => "status",
             Script::Raise => "raise",
+            Script::PermitAcquire => "permit-acquire",
+            Script::PermitRelease => "permit-release",
+            Script::PermitDequeue => "permit-dequeue",
         }
     }
 
     /// The full Lua source sent to the server (shared helpers first).
     pub fn source(self) -> String {
-        let body = match self {
-            Script::Acquire => include_str!("lua/acquire.lua"),
-            Script::Release => include_str!("lua/release.lua"),
-            Script::Dequeue => include_str!("lua/dequeue.lua"),
-            Script::Extend => include_str!("lua/extend.lua"),
-            Script::Status => include_str!("lua/status.lua"),
-            Script::Raise => include_str!("lua/raise.lua"),
+        let (helpers, body) = match self {
+            Script::Acquire => ("", include_str!("lua/acquire.lua")),
+            Script::Release => ("", include_str!("lua/release.lua")),
+            Script::Dequeue => ("", include_str!("lua/dequeue.lua")),
+            Script::Extend => ("", include_str!("lua/extend.lua")),
+            Script::Status => ("", include_str!("lua/status.lua")),
+            Script::Raise => ("", include_str!("lua/raise.lua")),
+            Script::PermitAcquire => (PERMITS, include_str!("lua/permit_acquire.lua")),
+            Script::PermitRelease => (PERMITS, include_str!("lua/permit_release.lua")),
+            Script::PermitDequeue => (PERMITS, include_str!("lua/permit_dequeue.lua")),
         };
-        let mut source = String::with_capacity(PRELUDE.len() + body.len());
-        source.push_str(PRELUDE);
-        source.push_str(body);
-        source
+        [PRELUDE, helpers, body].concat()
     }
 }
 
@@ -178,6 +190,65 @@ impl LockKeys {
             self.fence.clone(),
             self.queue.clone(),
             self.waiters.clone(),
+        ]
+    }
+}
+
+/// The keys of one semaphore (§16), in the order the permit scripts take them after the
+/// permit's own hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreKeys {
+    /// Counter of tenures (permits given out); its value is the latest fencing token.
+    pub fence: String,
+    /// List of waiting owner tokens, FIFO.
+    pub queue: String,
+    /// Sorted set of waiting owner tokens scored by waiter-lease deadline (server ms).
+    pub waiters: String,
+    /// Sorted set of the owner tokens holding a permit, scored by fencing token.
+    pub holders: String,
+    /// The number of permits, set while nobody holds or waits.
+    pub permits: String,
+    /// A permit's hash is this prefix and its owner token.
+    permit_prefix: String,
+}
+
+impl SemaphoreKeys {
+    pub fn new(name: &str) -> Self {
+        let tag = escape(name);
+        Self {
+            fence: format!("dlock:{{{tag}}}:sem:fence"),
+            queue: format!("dlock:{{{tag}}}:sem:queue"),
+            waiters: format!("dlock:{{{tag}}}:sem:waiters"),
+            holders: format!("dlock:{{{tag}}}:sem:holders"),
+            permits: format!("dlock:{{{tag}}}:sem:permits"),
+            permit_prefix: format!("dlock:{{{tag}}}:sem:permit:"),
+        }
+    }
+
+    /// The hash of the permit held by `token` (`owner`, `count` = 1, `fence`, with the lease
+    /// as its TTL), as for a lock: EXTEND renews it.
+    pub fn permit(&self, token: &str) -> String {
+        format!("{}{token}", self.permit_prefix)
+    }
+
+    /// The keys of `token`'s permit as the lock scripts see a lock: EXTEND takes `lock`.
+    pub fn lock_keys(&self, token: &str) -> LockKeys {
+        LockKeys {
+            lock: self.permit(token),
+            fence: self.fence.clone(),
+            queue: self.queue.clone(),
+            waiters: self.waiters.clone(),
+        }
+    }
+
+    fn all(&self, token: &str) -> Vec<String> {
+        vec![
+            self.permit(token),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.waiters.clone(),
+            self.holders.clone(),
+            self.permits.clone(),
         ]
     }
 }
@@ -303,6 +374,57 @@ pub fn release(keys: &LockKeys, token: &str, count: u32, fairness: Fairness) -> 
     }
 }
 
+/// PERMIT-ACQUIRE: one of `permits` permits of a semaphore, as ACQUIRE takes a lock (never
+/// reentrant: every acquire is a permit of its own).
+pub fn permit_acquire(
+    keys: &SemaphoreKeys,
+    token: &str,
+    lease: Duration,
+    permits: u32,
+    mode: Mode,
+    waiter_lease: Duration,
+    fairness: Fairness,
+) -> RedisOp {
+    let mut args = vec![
+        token.to_owned(),
+        ms(lease),
+        permits.to_string(),
+        mode.arg().to_owned(),
+        ms(waiter_lease),
+    ];
+    if fairness == Fairness::NonFair {
+        args.push("barge".into());
+    }
+    RedisOp::Eval {
+        script: Script::PermitAcquire,
+        keys: keys.all(token),
+        args,
+    }
+}
+
+/// PERMIT-RELEASE: give the permit back; it goes to the first waiter, or (non-fair) is freed
+/// with the first waiter woken.
+pub fn permit_release(keys: &SemaphoreKeys, token: &str, fairness: Fairness) -> RedisOp {
+    let mut args = vec![token.to_owned()];
+    if fairness == Fairness::NonFair {
+        args.push("free".into());
+    }
+    RedisOp::Eval {
+        script: Script::PermitRelease,
+        keys: keys.all(token),
+        args,
+    }
+}
+
+/// PERMIT-DEQUEUE: a waiter for a permit gives up.
+pub fn permit_dequeue(keys: &SemaphoreKeys, token: &str) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::PermitDequeue,
+        keys: keys.all(token),
+        args: vec![token.to_owned()],
+    }
+}
+
 pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Dequeue,
@@ -404,6 +526,10 @@ pub enum AcquireReply {
         expires: Option<Duration>,
     },
     NotQueued,
+    /// PERMIT-ACQUIRE: the semaphore is in use with this many permits, not the number asked.
+    OtherPermits {
+        permits: u32,
+    },
 }
 
 /// A parsed RELEASE reply.
@@ -451,6 +577,9 @@ pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
             expires: u64::try_from(*pttl).ok().map(Duration::from_millis),
         },
         [3] => AcquireReply::NotQueued,
+        [4, permits] => AcquireReply::OtherPermits {
+            permits: u32::try_from(*permits).map_err(|_| bad())?,
+        },
         _ => return Err(bad()),
     })
 }
@@ -464,7 +593,7 @@ pub fn parse_release(v: &Value) -> Result<ReleaseReply, Error> {
                 .filter(|c| *c > 0)
                 .ok_or_else(|| malformed(Script::Release, v))?,
         },
-        [2, 0 | 1] => ReleaseReply::Freed,
+        [2, handed] if *handed >= 0 => ReleaseReply::Freed,
         _ => return Err(malformed(Script::Release, v)),
     })
 }

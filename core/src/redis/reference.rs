@@ -66,6 +66,9 @@ impl Store {
             Script::Extend => self.extend(keys, args),
             Script::Status => self.status(keys),
             Script::Raise => self.raise(keys, args),
+            Script::PermitAcquire => self.permit_acquire(keys, args),
+            Script::PermitRelease => self.permit_release(keys, args),
+            Script::PermitDequeue => self.permit_dequeue(keys, args),
         }?;
         Ok(Outcome {
             reply,
@@ -180,16 +183,7 @@ impl Store {
                     self.lrem(queue, token)?;
                     self.zrem(waiters, token)?;
                 }
-                let f = self.next_token(fence, now)?;
-                self.hset(
-                    lock,
-                    &[
-                        ("owner", token.clone()),
-                        ("count", "1".into()),
-                        ("fence", f.to_string()),
-                    ],
-                )?;
-                self.pexpire(lock, lease);
+                let f = self.grant(lock, token, fence, now, lease)?;
                 return Ok(ints(&[1, f, 1]));
             }
         }
@@ -286,6 +280,153 @@ impl Store {
         Ok(Value::Array(reply))
     }
 
+    fn permit_acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let sem = Semaphore::new(keys, args.first())?;
+        let (args, barge) = flag(args, 5, "barge");
+        let [token, lease, permits, mode, wlease] = args_n::<5>(args)?;
+        let (lease, permits, wlease) = (int(lease)?, int(permits)?, int(wlease)?);
+        let [permit, fence, queue, waiters] = [&sem.permit, &sem.fence, &sem.queue, &sem.waiters];
+
+        if self.hget(permit, "owner")?.as_deref() == Some(token.as_str()) {
+            self.stretch(permit, lease);
+            let fence = int(&self.hget(permit, "fence")?.unwrap_or_default())?;
+            return Ok(ints(&[1, fence, 1]));
+        }
+        if mode == "refresh" && self.zscore(waiters, token)?.is_none() {
+            return Ok(ints(&[3]));
+        }
+
+        let now = self.now;
+        let (held, _) = self.held_permits(&sem)?;
+        let set = self.get(&sem.capacity)?.map_or(Ok(0), |v| int(&v))?;
+        if set != permits {
+            if held > 0 || self.live_head(queue, waiters, now)?.is_some() {
+                return Ok(ints(&[4, set]));
+            }
+            self.set(&sem.capacity, &permits.to_string());
+        }
+        let mut free = permits - held;
+        if free > 0 && barge {
+            self.lrem(queue, token)?;
+            self.zrem(waiters, token)?;
+            let f = self.grant_permit(&sem, token, now, lease)?;
+            return Ok(ints(&[1, f, 1]));
+        }
+        free -= self.hand_permits(&sem, free, now)?;
+        if self.hget(permit, "owner")?.as_deref() == Some(token.as_str()) {
+            self.stretch(permit, lease);
+            let fence = int(&self.hget(permit, "fence")?.unwrap_or_default())?;
+            return Ok(ints(&[1, fence, 1]));
+        }
+        if free > 0 {
+            let f = self.grant_permit(&sem, token, now, lease)?;
+            return Ok(ints(&[1, f, 1]));
+        }
+        let (_, soonest) = self.held_permits(&sem)?;
+        if mode == "try" {
+            return Ok(ints(&[0, soonest]));
+        }
+
+        if self.zscore(waiters, token)?.is_none() {
+            self.rpush(queue, token)?;
+        }
+        self.zadd(waiters, (now as i64 + wlease) as f64, token)?;
+        if self.pttl(queue) < wlease {
+            self.pexpire(queue, wlease);
+            self.pexpire(waiters, wlease);
+        }
+        let latest = self.get(fence)?.map(|f| int(&f)).transpose()?.unwrap_or(0);
+        Ok(ints(&[2, soonest, latest]))
+    }
+
+    fn permit_release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let sem = Semaphore::new(keys, args.first())?;
+        let (args, free) = flag(args, 1, "free");
+        let [token] = args_n::<1>(args)?;
+
+        if self.hget(&sem.permit, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(ints(&[0]));
+        }
+        let handed = self.give_back(&sem, token, free, self.now)?;
+        Ok(ints(&[2, handed]))
+    }
+
+    fn permit_dequeue(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let sem = Semaphore::new(keys, args.first())?;
+        let [token] = args_n::<1>(args)?;
+
+        if self.hget(&sem.permit, "owner")?.as_deref() == Some(token.as_str()) {
+            self.give_back(&sem, token, false, self.now)?;
+            return Ok(Value::Int(2));
+        }
+        self.lrem(&sem.queue, token)?;
+        Ok(Value::Int(self.zrem(&sem.waiters, token)?))
+    }
+
+    // --- the permit scripts' helpers (lua/permits.lua) ---
+
+    /// The permits held and the time the first of them has left (-2: none); holders whose
+    /// permit hash has expired are dropped.
+    fn held_permits(&mut self, sem: &Semaphore) -> Result<(i64, i64), String> {
+        let (mut held, mut soonest) = (0, -2);
+        for holder in self.zrange(&sem.holders)? {
+            let pttl = self.pttl(&format!("{}{holder}", sem.prefix));
+            if pttl == -2 {
+                self.zrem(&sem.holders, &holder)?;
+            } else {
+                held += 1;
+                if soonest == -2 || (pttl >= 0 && pttl < soonest) {
+                    soonest = pttl;
+                }
+            }
+        }
+        Ok((held, soonest))
+    }
+
+    fn grant_permit(
+        &mut self,
+        sem: &Semaphore,
+        owner: &str,
+        now: u64,
+        ttl: i64,
+    ) -> Result<i64, String> {
+        let permit = format!("{}{owner}", sem.prefix);
+        let token = self.grant(&permit, owner, &sem.fence, now, ttl)?;
+        self.zadd(&sem.holders, token as f64, owner)?;
+        Ok(token)
+    }
+
+    fn hand_permits(&mut self, sem: &Semaphore, free: i64, now: u64) -> Result<i64, String> {
+        let mut handed = 0;
+        while handed < free {
+            let Some((head, deadline)) = self.pop_head(&sem.queue, &sem.waiters, now)? else {
+                break;
+            };
+            let token = self.grant_permit(sem, &head, now, deadline - now as i64)?;
+            self.wake(&head, &token.to_string());
+            handed += 1;
+        }
+        Ok(handed)
+    }
+
+    fn give_back(
+        &mut self,
+        sem: &Semaphore,
+        token: &str,
+        free: bool,
+        now: u64,
+    ) -> Result<i64, String> {
+        self.del(&sem.permit);
+        self.zrem(&sem.holders, token)?;
+        if free {
+            self.wake_head(&sem.queue, &sem.waiters, now)?;
+            return Ok(0);
+        }
+        let (held, _) = self.held_permits(sem)?;
+        let capacity = self.get(&sem.capacity)?.map_or(Ok(0), |v| int(&v))?;
+        self.hand_permits(sem, capacity - held, now)
+    }
+
     // --- the prelude's helpers ---
 
     fn live_head(
@@ -310,18 +451,53 @@ impl Store {
 
     fn wake_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<(), String> {
         if let Some((head, _)) = self.live_head(queue, waiters, now)? {
-            self.publish_wake(&head, "free");
+            self.wake(&head, "free");
         }
         Ok(())
     }
 
-    /// Publishes `word` (a fencing token, or "free") to the waiter `head`.
-    fn publish_wake(&mut self, head: &str, word: &str) {
+    /// Publishes `word` (a handed tenure's fencing token, or "free") to the waiter `head`.
+    fn wake(&mut self, head: &str, word: &str) {
         let client = head.get(..32).unwrap_or(head);
         self.published.push((
             format!("dlock:wake:{client}"),
             format!("{head} {word}").into_bytes(),
         ));
+    }
+
+    fn grant(
+        &mut self,
+        lock: &str,
+        owner: &str,
+        fence: &str,
+        now: u64,
+        ttl: i64,
+    ) -> Result<i64, String> {
+        let token = self.next_token(fence, now)?;
+        self.hset(
+            lock,
+            &[
+                ("owner", owner.to_owned()),
+                ("count", "1".into()),
+                ("fence", token.to_string()),
+            ],
+        )?;
+        self.pexpire(lock, ttl);
+        Ok(token)
+    }
+
+    fn pop_head(
+        &mut self,
+        queue: &str,
+        waiters: &str,
+        now: u64,
+    ) -> Result<Option<(String, i64)>, String> {
+        let head = self.live_head(queue, waiters, now)?;
+        if let Some((h, _)) = &head {
+            self.lpop(queue)?;
+            self.zrem(waiters, h)?;
+        }
+        Ok(head)
     }
 
     fn hand_off(
@@ -332,22 +508,11 @@ impl Store {
         waiters: &str,
         now: u64,
     ) -> Result<i64, String> {
-        let Some((head, deadline)) = self.live_head(queue, waiters, now)? else {
+        let Some((head, deadline)) = self.pop_head(queue, waiters, now)? else {
             return Ok(0);
         };
-        self.lpop(queue)?;
-        self.zrem(waiters, &head)?;
-        let token = self.next_token(fence, now)?;
-        self.hset(
-            lock,
-            &[
-                ("owner", head.clone()),
-                ("count", "1".into()),
-                ("fence", token.to_string()),
-            ],
-        )?;
-        self.pexpire(lock, deadline - now as i64);
-        self.publish_wake(&head, &token.to_string());
+        let token = self.grant(lock, &head, fence, now, deadline - now as i64)?;
+        self.wake(&head, &token.to_string());
         Ok(1)
     }
 
@@ -544,6 +709,20 @@ impl Store {
         }
     }
 
+    /// `ZRANGE key 0 -1`: members by score, then by member.
+    fn zrange(&mut self, key: &str) -> Result<Vec<String>, String> {
+        match self.live(key).map(|e| &e.data) {
+            None => Ok(Vec::new()),
+            Some(Data::ZSet(z)) => {
+                let mut members: Vec<(f64, String)> =
+                    z.iter().map(|(m, s)| (*s, m.clone())).collect();
+                members.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+                Ok(members.into_iter().map(|(_, m)| m).collect())
+            }
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
     fn zadd(&mut self, key: &str, score: f64, member: &str) -> Result<(), String> {
         let entry = self.entry_or(key, || Data::ZSet(BTreeMap::new()));
         let Data::ZSet(z) = &mut entry.data else {
@@ -582,6 +761,41 @@ impl Store {
         if empty {
             self.keys.remove(key);
         }
+    }
+}
+
+/// The six keys of the permit scripts, and the prefix of the semaphore's permit hashes (the
+/// permit's key without its owner token, the first argument).
+struct Semaphore {
+    permit: String,
+    fence: String,
+    queue: String,
+    waiters: String,
+    holders: String,
+    capacity: String,
+    prefix: String,
+}
+
+impl Semaphore {
+    fn new(keys: &[String], token: Option<&String>) -> Result<Self, String> {
+        let [permit, fence, queue, waiters, holders, capacity] = match keys {
+            [a, b, c, d, e, f] => [a, b, c, d, e, f].map(String::clone),
+            _ => return Err(format!("ERR expected 6 keys, got {}", keys.len())),
+        };
+        let token = token.ok_or("ERR expected an owner token")?;
+        let prefix = permit
+            .strip_suffix(token.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        Ok(Self {
+            permit,
+            fence,
+            queue,
+            waiters,
+            holders,
+            capacity,
+            prefix,
+        })
     }
 }
 

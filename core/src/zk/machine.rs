@@ -12,7 +12,7 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::base::{Base, Commands, InFlight, check_lease, retry_delay, unpack};
+use crate::base::{Base, Commands, InFlight, check_kind, check_lease, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::owner_token;
@@ -823,6 +823,7 @@ impl Commands for Machine {
         // is wrong on Redis is wrong here too.
         check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
+        check_kind(a.kind, Some("ZooKeeper"))?;
         if !a.fair {
             // Waiters are sequential nodes, served in order: there is nothing to barge past.
             return Err(Error::InvalidArgument(

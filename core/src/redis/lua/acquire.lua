@@ -24,10 +24,7 @@ if not owner then
       redis.call('LREM', queue, 1, token)
       redis.call('ZREM', waiters, token)
     end
-    local f = next_token(fence, now)
-    redis.call('HSET', lock, 'owner', token, 'count', 1, 'fence', string.format('%.0f', f))
-    redis.call('PEXPIRE', lock, lease)
-    return {1, f, 1}
+    return {1, grant(lock, token, fence, now, lease), 1}
   end
 end
 if mode == 'try' then return {0, redis.call('PTTL', lock)} end

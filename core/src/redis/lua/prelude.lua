@@ -30,26 +30,43 @@ local function next_token(fence, now)
   return token
 end
 
+-- Makes `owner` the holder of `lock` (a lock's hash, or a semaphore's permit) in a new tenure
+-- that lives `ttl` ms; returns its fencing token.
+local function grant(lock, owner, fence, now, ttl)
+  local token = next_token(fence, now)
+  redis.call('HSET', lock, 'owner', owner, 'count', 1, 'fence', string.format('%.0f', token))
+  redis.call('PEXPIRE', lock, ttl)
+  return token
+end
+
+-- Publishes `word` (a handed tenure's fencing token, or 'free') to the waiter `head`.
+local function wake(head, word)
+  redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' ' .. word)
+end
+
+-- Takes the first live waiter out of the queue: its token and its waiter deadline.
+local function pop_head(queue, waiters, now)
+  local head, deadline = live_head(queue, waiters, now)
+  if head then
+    redis.call('LPOP', queue)
+    redis.call('ZREM', waiters, head)
+  end
+  return head, deadline
+end
+
 -- Hands a free lock to the first live waiter: a new tenure with a new fencing token that
 -- lives exactly as long as that waiter's lease, then wakes only that waiter.
 local function hand_off(lock, fence, queue, waiters, now)
-  local head, deadline = live_head(queue, waiters, now)
+  local head, deadline = pop_head(queue, waiters, now)
   if not head then return 0 end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', waiters, head)
-  local token = string.format('%.0f', next_token(fence, now))
-  redis.call('HSET', lock, 'owner', head, 'count', 1, 'fence', token)
-  redis.call('PEXPIRE', lock, deadline - now)
-  redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' ' .. token)
+  wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now)))
   return 1
 end
 
 -- Wakes the first live waiter of a lock freed without a hand-off, to come and take it.
 local function wake_head(queue, waiters, now)
   local head = live_head(queue, waiters, now)
-  if head then
-    redis.call('PUBLISH', 'dlock:wake:' .. string.sub(head, 1, 32), head .. ' free')
-  end
+  if head then wake(head, 'free') end
 end
 
 -- Sets the lock's time to live to `lease` ms unless it already has longer: a lease never shrinks.
