@@ -1353,13 +1353,7 @@ fn permit(op: u64, name: &str, permits: u32, wait: Wait) -> Command {
 }
 
 fn release(bed: &mut Bed, c: usize, op: u64, hold: HoldId) {
-    bed.cmd(
-        c,
-        Command::Release {
-            op: OpId(op),
-            hold,
-        },
-    );
+    bed.cmd(c, Command::Release { op: OpId(op), hold });
     assert_eq!(
         bed.take(c),
         [Event::Released {

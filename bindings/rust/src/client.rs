@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::redis::{FencedWrite, LockStatus};
-use dlock_core::{ClientId, Config, HoldId, Instant, LostReason, Member, OpId, Protocol, Response};
+use dlock_core::{
+    ClientId, Config, HoldId, Instant, Kind, LostReason, Member, OpId, Protocol, Response,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -184,6 +186,22 @@ impl Client {
             max_hold: None,
             owner: None,
             fair: true,
+            kind: Kind::Mutex,
+        }
+    }
+
+    /// A semaphore named `name` with `permits` permits (1 to [`dlock_core::MAX_PERMITS`]),
+    /// configured and acquired like a lock: each acquire takes one permit for a [`Guard`] of
+    /// its own, with its own lease, renewal and fencing token; at most `permits` guards are
+    /// held at a time across every client (Redisson's `PermitExpirableSemaphore`). Not
+    /// reentrant, and [`LockBuilder::owner`] does not apply. Every client must give the same
+    /// `permits`: while anyone holds or waits, another number fails the acquire. Waiters are
+    /// served first come, first served, each released permit handed to the next. On redis://
+    /// and redis-cluster:// (and memory://); Redlock and ZooKeeper refuse semaphores.
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
+        LockBuilder {
+            kind: Kind::Semaphore { permits },
+            ..self.lock(name)
         }
     }
 
@@ -301,6 +319,7 @@ pub struct LockBuilder {
     max_hold: Option<Duration>,
     owner: Option<u64>,
     fair: bool,
+    kind: Kind,
 }
 
 impl LockBuilder {
@@ -368,6 +387,7 @@ impl LockBuilder {
             wait,
             max_hold: self.max_hold,
             fair: self.fair,
+            kind: self.kind,
             reply,
         });
         let granted = granted.instrument(span).await?;

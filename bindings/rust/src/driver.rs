@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{
-    Acquire, AcquireMulti, Command, Event, HoldId, Input, Instant, LostReason, Member, NotAcquired,
-    Notice, OpId, Output, Reply, RequestId, Wait,
+    Acquire, AcquireMulti, Command, Event, HoldId, Input, Instant, Kind, LostReason, Member,
+    NotAcquired, Notice, OpId, Output, Reply, RequestId, Wait,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -41,6 +41,7 @@ pub(crate) enum Call {
         wait: Option<Duration>,
         max_hold: Option<Duration>,
         fair: bool,
+        kind: Kind,
         reply: GrantReply<u64>,
     },
     AcquireMulti {
@@ -234,6 +235,7 @@ impl Driver {
                 wait: wait_for,
                 max_hold,
                 fair,
+                kind,
                 reply,
             } => {
                 self.waiting.insert(op, Waiter::Acquire(reply));
@@ -245,6 +247,7 @@ impl Driver {
                     wait: wait(wait_for),
                     max_hold,
                     fair,
+                    kind,
                 })
             }
             Call::AcquireMulti {

@@ -19,8 +19,8 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
-    Instant, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response, TransportError,
-    Wait,
+    Instant, Kind, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
+    TransportError, Wait,
 };
 use serde_json::{Map, Value as Json, json};
 
@@ -302,6 +302,17 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
                 let fair = f.get("fair");
                 fair.is_absent() || fair.bool()?
             },
+            kind: {
+                let permits = f.get("permits");
+                if permits.is_absent() {
+                    Kind::Mutex
+                } else {
+                    let n = permits.u64()?;
+                    Kind::Semaphore {
+                        permits: u32::try_from(n).or_else(|_| permits.fail("expected a u32"))?,
+                    }
+                }
+            },
         })),
         "acquire-multi" => Input::Command(Command::AcquireMulti(AcquireMulti {
             op: op()?,
@@ -451,6 +462,10 @@ pub fn input_to_json(input: &Input) -> Json {
             // Fair is the default; only a non-fair acquire says so.
             if !a.fair {
                 json["fair"] = json!(false);
+            }
+            // A lock is the default; a semaphore's acquire gives its number of permits.
+            if let Kind::Semaphore { permits } = a.kind {
+                json["permits"] = json!(permits);
             }
             json
         }
@@ -722,6 +737,7 @@ mod tests {
             wait: Wait::Until(Instant::from_nanos(9)),
             max_hold: Some(Duration::from_secs(3)),
             fair: false,
+            kind: Kind::Semaphore { permits: 3 },
         })));
         roundtrip(Input::Command(Command::AcquireMulti(AcquireMulti {
             op: OpId(2),

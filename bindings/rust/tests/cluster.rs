@@ -100,6 +100,15 @@ async fn multi_locks_span_slots_all_or_none() {
     common::multi_contend(&cluster.url(), 2, 2, 6).await;
 }
 
+/// A semaphore's keys share the hash slot of its name; its permits are renewed in batches with
+/// locks of other slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_let_in_at_most_their_permits() {
+    let cluster = RedisCluster::start(3);
+    common::semaphore_rules(&cluster.url()).await;
+    common::semaphore_contend(&cluster.url(), 2, 2, 2, 4).await;
+}
+
 #[tokio::test]
 async fn a_lock_survives_the_migration_of_its_slot() {
     let cluster = RedisCluster::start(3);

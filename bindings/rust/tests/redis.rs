@@ -425,6 +425,8 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     let token = first.fencing_token();
     first.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap() > token);
+    common::semaphore_rules(url).await;
+    common::semaphore_contend(url, 2, 2, 2, 3).await;
 }
 
 /// Fencing at the resource: a holder whose lock was taken over cannot overwrite the newer
@@ -535,6 +537,56 @@ async fn multi_locks_are_all_or_none_and_never_deadlock() {
     let server = RedisServer::start();
     common::multi_all_or_none(&server.url()).await;
     common::multi_contend(&server.url(), 3, 2, 8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_let_in_at_most_their_permits() {
+    let server = RedisServer::start();
+    common::semaphore_rules(&server.url()).await;
+    common::semaphore_contend(&server.url(), 3, 3, 3, 4).await;
+}
+
+#[tokio::test]
+async fn an_abandoned_permit_goes_to_the_waiter_after_its_lease() {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let mut con = raw(&server).await;
+    // Two clients take the semaphore's two permits and die: nobody renews them.
+    let keys = protocol::SemaphoreKeys::new("abandoned");
+    let mut tokens = Vec::new();
+    for seq in 1..=2 {
+        let dead = protocol::owner_token(dlock_core::ClientId(0xdead), seq);
+        let op = protocol::permit_acquire(
+            &keys,
+            &dead,
+            400 * MS,
+            2,
+            protocol::Mode::Try,
+            Duration::from_secs(3),
+            protocol::Fairness::Fair,
+        );
+        match run_script(&mut con, op).await {
+            redis::Value::Array(items) => match items.as_slice() {
+                [redis::Value::Int(1), redis::Value::Int(token), _] => tokens.push(*token as u64),
+                other => panic!("permit-acquire replied {other:?}"),
+            },
+            other => panic!("permit-acquire replied {other:?}"),
+        }
+    }
+    let started = std::time::Instant::now();
+    let guard = client
+        .semaphore("abandoned", 2)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= 300 * MS,
+        "got a permit after {waited:?}, before the leases ran out"
+    );
+    assert!(tokens.iter().all(|t| guard.fencing_token() > *t));
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

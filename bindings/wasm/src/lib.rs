@@ -151,6 +151,10 @@ fn command(c: Command) -> core_::Command {
             wait: wait(a.wait),
             max_hold: a.max_hold.map(Duration::from_nanos),
             fair: a.fair,
+            kind: match a.permits {
+                None => core_::Kind::Mutex,
+                Some(permits) => core_::Kind::Semaphore { permits },
+            },
         }),
         Command::AcquireMulti(m) => core_::Command::AcquireMulti(core_::AcquireMulti {
             op: core_::OpId(m.op),
@@ -212,6 +216,9 @@ fn core_script(s: Script) -> CoreScript {
         Script::Extend => CoreScript::Extend,
         Script::Status => CoreScript::Status,
         Script::Raise => CoreScript::Raise,
+        Script::PermitAcquire => CoreScript::PermitAcquire,
+        Script::PermitRelease => CoreScript::PermitRelease,
+        Script::PermitDequeue => CoreScript::PermitDequeue,
     }
 }
 
@@ -243,6 +250,9 @@ fn redis_op(op: RedisOp) -> WitOp {
                 CoreScript::Extend => Script::Extend,
                 CoreScript::Status => Script::Status,
                 CoreScript::Raise => Script::Raise,
+                CoreScript::PermitAcquire => Script::PermitAcquire,
+                CoreScript::PermitRelease => Script::PermitRelease,
+                CoreScript::PermitDequeue => Script::PermitDequeue,
             },
             keys,
             args,

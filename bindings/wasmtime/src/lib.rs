@@ -247,6 +247,10 @@ fn to_wit(input: dlock_core::Input) -> Input {
                 wait: wait(a.wait),
                 max_hold: a.max_hold.map(nanos),
                 fair: a.fair,
+                permits: match a.kind {
+                    dlock_core::Kind::Mutex => None,
+                    dlock_core::Kind::Semaphore { permits } => Some(permits),
+                },
             }),
             dlock_core::Command::AcquireMulti(m) => Command::AcquireMulti(AcquireMulti {
                 op: m.op.0,
@@ -338,6 +342,9 @@ fn redis_op(op: WitOp) -> RedisOp {
                 Script::Extend => CoreScript::Extend,
                 Script::Status => CoreScript::Status,
                 Script::Raise => CoreScript::Raise,
+                Script::PermitAcquire => CoreScript::PermitAcquire,
+                Script::PermitRelease => CoreScript::PermitRelease,
+                Script::PermitDequeue => CoreScript::PermitDequeue,
             },
             keys: e.keys,
             args: e.args,

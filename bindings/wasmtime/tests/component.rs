@@ -7,7 +7,8 @@ use dlock::Machine;
 use dlock_core::redis::RedisOp;
 use dlock_core::redis::reference::Store;
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, HoldId, Input, Instant, Notice, OpId, Output, Wait,
+    Acquire, ClientId, Command, Config, Engine, HoldId, Input, Instant, Kind, Notice, OpId, Output,
+    Wait,
 };
 use dlock_testkit::Rng;
 use dlock_wasmtime::WasmComponent;
@@ -106,6 +107,12 @@ fn native_and_wasm_engines_give_identical_outputs() {
                 ][rng.below(3) as usize],
                 max_hold: None,
                 fair: rng.below(3) != 0,
+                kind: match rng.below(6) {
+                    0 => Kind::Semaphore {
+                        permits: rng.below(4) as u32,
+                    },
+                    _ => Kind::Mutex,
+                },
             }),
             5..=7 if !t.holds.is_empty() => Command::Release {
                 op,

@@ -17,7 +17,7 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
 use dlock_core::{
-    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
     Notice, Op, OpId, Output, Protocol, Reply, Request, RequestId, Response, TransportError, Wait,
 };
 use serde_json::{Value as Json, json};
@@ -392,6 +392,7 @@ fn acquire(op: u64, name: &str, owner: u64, lease_ms: u64, wait: Wait) -> Comman
         wait,
         max_hold: None,
         fair: true,
+        kind: Kind::Mutex,
     })
 }
 
@@ -851,7 +852,41 @@ fn redis_only() -> Vec<Json> {
     b.ghost(1, wait_lock(3, "jobs")).command(release(2, h));
     out.push(b.finish());
 
+    let mut b = Bed::redis(
+        "redis-semaphore",
+        "Each acquire of a semaphore takes a permit of its own (PERMIT-ACQUIRE, with the number of permits in place of the count; never reentrant). With both permits taken the next acquire queues; a release (PERMIT-RELEASE) hands its permit to it; the watchdog renews permits with EXTEND, in one batch.",
+    );
+    b.command(permit(1, "pool", 2, Wait::No))
+        .ghost(1, permit(1, "pool", 2, Wait::No))
+        .command(permit(2, "pool", 2, Wait::Forever))
+        .ghost(1, release(2, HoldId(1)))
+        .advance(4_000);
+    let (first, second) = (b.hold(1), b.hold(2));
+    b.command(release(3, first)).command(release(4, second));
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-semaphore-permits",
+        "A semaphore in use with 2 permits refuses an acquire that says 3 (invalid-argument, from the server's {4, 2}); 0 permits and 1025 are refused before anything is sent; the same name as a lock is another thing.",
+    );
+    b.ghost(1, permit(1, "pool", 2, Wait::No))
+        .command(permit(1, "pool", 3, Wait::Forever))
+        .command(permit(2, "pool", 0, Wait::No))
+        .command(permit(3, "pool", 1025, Wait::No))
+        .command(try_lock(4, "pool"));
+    out.push(b.finish());
+
     out
+}
+
+fn permit(op: u64, name: &str, permits: u32, wait: Wait) -> Command {
+    match acquire(op, name, 1, 10_000, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            kind: Kind::Semaphore { permits },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
 }
 
 fn non_fair(op: u64, name: &str, wait: Wait) -> Command {

@@ -232,3 +232,99 @@ pub(crate) async fn multi_all_or_none(url: &str) {
         assert!(err.is_misuse(), "{err:?}");
     }
 }
+
+/// `clients` clients with `tasks` tasks each take a permit of semaphore "pool" (`permits`
+/// of them) `rounds` times and hold it a while: never more than `permits` holders at once,
+/// every permit used at once at some point (the tasks outnumber the permits and hold them
+/// for 50 ms), every fencing token distinct, and every round done.
+pub(crate) async fn semaphore_contend(
+    url: &str,
+    permits: u32,
+    clients: usize,
+    tasks: usize,
+    rounds: usize,
+) {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let client = connect(url).await.expect("connect");
+        for _ in 0..tasks {
+            let (client, inside, most, tokens) =
+                (client.clone(), inside.clone(), most.clone(), tokens.clone());
+            handles.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = client
+                        .semaphore("pool", permits)
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .expect("acquire a permit");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert!(
+                        now <= permits as usize,
+                        "{now} holders of {permits} permits"
+                    );
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokens.lock().unwrap().push(guard.fencing_token());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    let all = async {
+        for h in handles {
+            h.await.expect("task");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("permit waiters stalled");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        permits as usize,
+        "all permits in use at once"
+    );
+    let mut tokens = tokens.lock().unwrap().clone();
+    let n = tokens.len();
+    assert_eq!(n, clients * tasks * rounds);
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), n, "a fencing token given to two permits");
+}
+
+/// A semaphore's rules: permits up to its number, each with a token of its own and a release
+/// of its own; another number of permits is refused while the semaphore is in use, a bad one
+/// before anything is sent; a lock of the same name is another thing.
+pub(crate) async fn semaphore_rules(url: &str) {
+    let (a, b) = (connect(url).await.unwrap(), connect(url).await.unwrap());
+    let first = a.semaphore("rules", 2).acquire().await.unwrap();
+    let second = b.semaphore("rules", 2).acquire().await.unwrap();
+    assert!(first.fencing_token() != second.fencing_token());
+    assert!(
+        b.semaphore("rules", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let other = b.semaphore("rules", 3).try_acquire().await;
+    assert!(
+        matches!(other, Err(Error::Engine(dlock_core::Error::InvalidArgument(ref why))) if why.contains("2 permits")),
+        "{other:?}"
+    );
+    for bad in [0, dlock_core::MAX_PERMITS + 1] {
+        let err = b.semaphore("rules", bad).try_acquire().await.unwrap_err();
+        assert!(err.is_misuse(), "{err:?}");
+    }
+    let lock = b.lock("rules").try_acquire().await.unwrap();
+    assert!(lock.is_some(), "the lock of the same name is free");
+    first.release().await.unwrap();
+    let third = b.semaphore("rules", 2).try_acquire().await.unwrap();
+    assert!(third.is_some(), "a released permit is free again");
+}
