@@ -47,6 +47,11 @@ export interface LockOptions {
   fair?: boolean
 }
 
+export interface SemaphoreOptions extends Omit<LockOptions, 'owner'> {
+  /** The semaphore's number of permits, 1 to 1024; every client must give the same. */
+  permits: number
+}
+
 export interface AcquireOptions {
   /** Aborting it stops the wait and leaves the queue. */
   signal?: AbortSignal
@@ -70,6 +75,8 @@ export declare class Client {
   lock(name: string, options?: LockOptions): Lock
   /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
   multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair'>): MultiLock
+  /** At most `permits` holders at a time; each acquire takes a permit of its own (Redis). */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore
   status(name: string): Promise<LockStatus>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
@@ -96,6 +103,10 @@ export declare class Lock {
 
 export declare class MultiLock extends Lock {
   readonly names: string[]
+}
+
+export declare class Semaphore extends Lock {
+  readonly permits: number
 }
 
 export declare class Held {

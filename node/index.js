@@ -87,6 +87,18 @@ class Client {
     return new MultiLock(this.#native, names, options)
   }
 
+  /**
+   * A semaphore with `permits` permits (1 to 1024): at most that many holders at a time,
+   * across every client (Redisson's PermitExpirableSemaphore). Each acquire takes a permit of
+   * its own: a Held with its own lease, renewal, fencing token and release. Options as for
+   * `lock` (no `owner`: not reentrant). Every client must give the same `permits`: while
+   * anyone holds or waits, another number rejects with DLOCK_INVALID_ARGUMENT. Redis and
+   * Redis Cluster (ZooKeeper and Redlock refuse it).
+   */
+  semaphore(name, options = {}) {
+    return new Semaphore(this.#native, name, options)
+  }
+
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
     const s = await call(this.#native.status(name))
@@ -143,7 +155,7 @@ class Lock {
   /** Starts the native acquire; `id` lets `cancel(id)` stop it. */
   _start(inner, waitMs, id) {
     const owner = this.owner ?? nextOwner++
-    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, id)
+    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, null, id)
   }
 
   async #acquire(waitMs, signal) {
@@ -200,6 +212,25 @@ class MultiLock extends Lock {
 
   [inspect.custom]() {
     return `MultiLock <${JSON.stringify(this.names)} leaseMs=${this.leaseMs}>`
+  }
+}
+
+class Semaphore extends Lock {
+  constructor(inner, name, { permits, leaseMs, waitMs, maxHoldMs, fair } = {}) {
+    // A whole number the native call can take; the engine checks the range (1 to 1024).
+    if (!Number.isInteger(permits) || permits < 0 || permits > 0xffffffff) {
+      throw invalid(`permits must be a whole number of permits, got ${permits}`)
+    }
+    super(inner, name, { leaseMs, waitMs, maxHoldMs, fair })
+    this.permits = permits
+  }
+
+  _start(inner, waitMs, id) {
+    return inner.acquire(this.name, 0, this.leaseMs, waitMs, this.maxHoldMs, this.fair, this.permits, id)
+  }
+
+  [inspect.custom]() {
+    return `Semaphore <${JSON.stringify(this.name)} permits=${this.permits} leaseMs=${this.leaseMs}>`
   }
 }
 
@@ -327,4 +358,4 @@ class Engine {
   }
 }
 
-module.exports = { connect, Client, Lock, Held, Engine, DEFAULT_LEASE_MS }
+module.exports = { connect, Client, Lock, Semaphore, Held, Engine, DEFAULT_LEASE_MS }

@@ -58,6 +58,10 @@ enum Cmd {
         /// afterwards instead of handing it to the next in line. One lock only.
         #[arg(long)]
         non_fair: bool,
+        /// Hold one permit of the semaphore named by --lock, which has this many permits
+        /// (Redis): at most that many `dlock run` at a time. One --lock only.
+        #[arg(long)]
+        permits: Option<u32>,
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30s", value_parser = duration)]
         lease: Duration,
@@ -131,6 +135,7 @@ async fn main() -> ExitCode {
             backend,
             lock,
             non_fair,
+            permits,
             lease,
             wait,
             grace,
@@ -143,6 +148,7 @@ async fn main() -> ExitCode {
                 grace,
                 lock_delay,
                 fair: !non_fair,
+                permits,
             };
             run(&backend.backend, &lock, &options, &command).await
         }
@@ -177,6 +183,8 @@ struct RunOptions {
     grace: Duration,
     lock_delay: Option<Duration>,
     fair: bool,
+    /// A permit of a semaphore with this many, instead of the lock.
+    permits: Option<u32>,
 }
 
 async fn run(
@@ -191,10 +199,16 @@ async fn run(
         grace,
         lock_delay,
         fair,
+        permits,
     } = options;
     if locks.len() > 1 && !fair {
         return Err(Error::InvalidArgument(
             "--non-fair takes one --lock: the locks of a multi-lock are fair".into(),
+        ));
+    }
+    if locks.len() > 1 && permits.is_some() {
+        return Err(Error::InvalidArgument(
+            "--permits takes one --lock: the semaphore's name".into(),
         ));
     }
     let mut client = Client::builder(backend);
@@ -205,7 +219,11 @@ async fn run(
     let lock = locks.join(", ");
     let acquired: Result<SharedGuard, Error> = match locks {
         [one] => {
-            let builder = client.lock(one).lease(lease).fair(fair);
+            let builder = match permits {
+                None => client.lock(one),
+                Some(n) => client.semaphore(one, n),
+            };
+            let builder = builder.lease(lease).fair(fair);
             builder
                 .acquire_within(wait)
                 .await

@@ -216,6 +216,57 @@ fn run_holds_several_locks_as_one_and_takes_non_fair_locks() {
 }
 
 #[test]
+fn run_with_permits_lets_that_many_commands_run_at_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // Two of the semaphore's two permits held by sleeping commands; a third waits no more
+    // than 300 ms and does not run.
+    let sleepers: Vec<_> = (0..2)
+        .map(|_| {
+            run(&url, &["--permits", "2"], &["sleep", "30"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let marker = server.dir().join("ran");
+    wait_until("both permits are held", || {
+        let out = run(&url, &["--permits", "2", "--wait", "300ms"], &["true"])
+            .output()
+            .unwrap();
+        out.status.code() == Some(75)
+    });
+    let out = run(
+        &url,
+        &["--permits", "2", "--wait", "300ms"],
+        &["touch", marker.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(!marker.exists(), "the third command did not run");
+    // The lock "job" is another thing: it is free.
+    let out = run(&url, &["--wait", "1s"], &["true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // SIGTERM is passed on to each sleep, and its permit released.
+    for mut s in sleepers {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(s.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        assert_eq!(s.wait().unwrap().code(), Some(128 + 15));
+    }
+    let out = run(&url, &["--permits", "2", "--lock", "other"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "--permits with two locks is refused"
+    );
+}
+
+#[test]
 fn run_gives_up_after_wait_without_running_the_command() {
     let server = RedisServer::start();
     let mut holder = run(&server.url(), &[], &["sleep", "3"]).spawn().unwrap();

@@ -152,7 +152,8 @@ impl NativeClient {
         self.next_cancel.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy).
+    /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy). With
+    /// `permits`: a permit of the semaphore `name`, which has that many (`owner` unused).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
@@ -163,14 +164,15 @@ impl NativeClient {
         wait_ms: Option<f64>,
         max_hold_ms: Option<f64>,
         fair: bool,
+        permits: Option<u32>,
         cancel_id: Option<u32>,
     ) -> Result<Option<NativeHeld>> {
-        let mut lock = self
-            .client()?
-            .lock(name)
-            .owner(owner as u64)
-            .fair(fair)
-            .lease(millis("leaseMs", lease_ms)?);
+        let client = self.client()?;
+        let lock = match permits {
+            None => client.lock(name).owner(owner as u64),
+            Some(permits) => client.semaphore(name, permits),
+        };
+        let mut lock = lock.fair(fair).lease(millis("leaseMs", lease_ms)?);
         if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
             lock = lock.max_hold(m);
         }

@@ -1,4 +1,4 @@
-// Beyond the plain fair mutex: multi-locks (several names as one, all or none) and fair: false.
+// Beyond the plain fair mutex: multi-locks (several names as one, all or none), fair: false and semaphores.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
@@ -76,4 +76,50 @@ test('fair: false frees the lock on release and wakes the waiter; ZooKeeper refu
   const zk = await connect(servers.zookeeper.url)
   await assert.rejects(zk.lock('nf', { fair: false }).acquire(), { code: 'DLOCK_INVALID_ARGUMENT' })
   await Promise.all([a.close(), b.close(), zk.close()])
+})
+
+test('a semaphore lets in at most its permits, each acquire a permit of its own', async () => {
+  const url = servers.redis.url
+  const clients = await Promise.all([connect(url), connect(url), connect(url)])
+  let inside = 0
+  let most = 0
+  const tokens = new Set()
+  const worker = async (i) => {
+    const semaphore = clients[i % 3].semaphore('pool', { permits: 3, leaseMs: 5000 })
+    for (let round = 0; round < 4; round++) {
+      const held = await semaphore.acquire()
+      inside += 1
+      most = Math.max(most, inside)
+      tokens.add(held.fencingToken)
+      await new Promise((r) => setTimeout(r, 30))
+      inside -= 1
+      await held.release()
+    }
+  }
+  await Promise.all([...Array(8).keys()].map(worker))
+  assert.equal(most, 3, 'never more than 3 holders, and all 3 permits in use at once')
+  assert.equal(tokens.size, 32, 'every permit has a token of its own')
+
+  const [a, b] = clients
+  const first = await a.semaphore('two', { permits: 2 }).acquire()
+  const second = await a.semaphore('two', { permits: 2 }).acquire()
+  assert.notEqual(first.fencingToken, second.fencingToken)
+  assert.equal(await b.semaphore('two', { permits: 2 }).tryAcquire(), null)
+  await assert.rejects(b.semaphore('two', { permits: 3 }).tryAcquire(), { code: 'DLOCK_INVALID_ARGUMENT', message: /2 permits/ })
+  await assert.rejects(b.semaphore('two', { permits: 0 }).tryAcquire(), { code: 'DLOCK_INVALID_ARGUMENT' })
+  for (const bad of [-1, 1.5, '2', undefined, 2 ** 40]) {
+    assert.throws(() => b.semaphore('two', { permits: bad }), { code: 'DLOCK_INVALID_ARGUMENT' })
+  }
+  const lock = await b.lock('two').tryAcquire()
+  assert.ok(lock, 'the lock of the same name is another thing')
+  await lock.release()
+  await first.release()
+  const third = await b.semaphore('two', { permits: 2 }).tryAcquire()
+  assert.ok(third && third.fencingToken > second.fencingToken)
+  await Promise.all([second.release(), third.release()])
+})
+
+test('ZooKeeper refuses semaphores', async () => {
+  const client = await connect(servers.zookeeper.url)
+  await assert.rejects(client.semaphore('pool', { permits: 2 }).tryAcquire(), { code: 'DLOCK_INVALID_ARGUMENT', message: /semaphore/ })
 })

@@ -41,6 +41,7 @@ __all__ = [
     "LockTimeout",
     "MultiLock",
     "NotHeld",
+    "Semaphore",
     "connect",
 ]
 
@@ -133,15 +134,24 @@ class _LockOptions:
         wait: Optional[float],
         max_hold: Optional[float],
         fair: bool = True,
+        permits: Optional[int] = None,
     ) -> None:
         self.name = name
         self.lease = lease
         self.wait = wait
         self.max_hold = max_hold
         self.fair = fair
+        #: A semaphore's number of permits; None for a lock.
+        self.permits = _permits(permits)
 
     def __repr__(self) -> str:
         return f"<{self._KIND} {self.name!r} lease={self.lease}s wait={self.wait}>"
+
+
+def _permits(permits: Optional[int]) -> Optional[int]:
+    if permits is not None and (isinstance(permits, bool) or not isinstance(permits, int)):
+        raise TypeError(f"permits must be an int, got {type(permits).__name__}")
+    return permits
 
 
 class _HeldState:
@@ -228,6 +238,31 @@ class Client:
         """
         return MultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
+    def semaphore(
+        self,
+        name: str,
+        *,
+        permits: int,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+        fair: bool = True,
+    ) -> "Semaphore":
+        """A semaphore with ``permits`` permits (1 to 1024): at most that many holders at a
+        time, across every client (Redisson's ``PermitExpirableSemaphore``). Each acquire takes
+        a permit of its own, a :class:`Held` with its own lease, renewal, fencing token and
+        release; options as for :meth:`lock`. Not reentrant. Every client must give the same
+        ``permits``: while anyone holds or waits, another number raises
+        :class:`InvalidArgument`. Redis and Redis Cluster (ZooKeeper and Redlock refuse it)::
+
+            with client.semaphore("pdf-render", permits=4):
+                render()
+        """
+        return Semaphore(
+            self, name, permits=permits, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair
+        )
+
     def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
         return _status(name, self._native.status(name))
@@ -280,8 +315,9 @@ class Lock(_LockOptions):
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
         fair: bool = True,
+        permits: Optional[int] = None,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits)
         self.client = client
         self.on_lost = on_lost
         self._local = threading.local()
@@ -299,7 +335,9 @@ class Lock(_LockOptions):
         return stack
 
     def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
-        native = self.client._native.acquire(self.name, self._owner(), self.lease, wait, self.max_hold, self.fair)
+        native = self.client._native.acquire(
+            self.name, self._owner(), self.lease, wait, self.max_hold, self.fair, self.permits
+        )
         return None if native is None else Held(native, self.on_lost)
 
     def acquire(self) -> "Held":
@@ -345,6 +383,16 @@ class MultiLock(Lock):
     def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
         native = self.client._native.acquire_multi(self.names, self.lease, wait, self.max_hold)
         return None if native is None else Held(native, self.on_lost)
+
+
+class Semaphore(Lock):
+    """A semaphore's name, number of permits and options (see :meth:`Client.semaphore`): each
+    acquire takes a permit of its own; ``with`` releases the one it took."""
+
+    _KIND = "dlock.Semaphore"
+
+    def __repr__(self) -> str:
+        return f"<{self._KIND} {self.name!r} permits={self.permits} lease={self.lease}s wait={self.wait}>"
 
 
 class Held(_HeldState):

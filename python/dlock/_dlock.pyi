@@ -57,6 +57,7 @@ class NativeClient:
         wait: Optional[float] = None,
         max_hold: Optional[float] = None,
         fair: bool = True,
+        permits: Optional[int] = None,
     ) -> Optional[NativeHeld]: ...
     def acquire_async(
         self,
@@ -66,6 +67,7 @@ class NativeClient:
         wait: Optional[float],
         max_hold: Optional[float],
         fair: bool,
+        permits: Optional[int],
         callback: _Callback,
     ) -> Task: ...
     def acquire_multi(

@@ -21,7 +21,7 @@ from . import DEFAULT_LEASE, LockStatus, _fencing_token, _HeldState, _LockOption
 from ._dlock import NativeClient, NativeHeld, Task, new_owner
 from .errors import LockLost, LockTimeout
 
-__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "connect"]
+__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncSemaphore", "connect"]
 
 OnLost = Callable[["AsyncHeld", str], Any]
 
@@ -106,6 +106,22 @@ class AsyncClient:
         """Several locks to acquire as one; see :meth:`dlock.Client.multi_lock`."""
         return AsyncMultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
+    def semaphore(
+        self,
+        name: str,
+        *,
+        permits: int,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+        fair: bool = True,
+    ) -> "AsyncSemaphore":
+        """A semaphore with ``permits`` permits; see :meth:`dlock.Client.semaphore`."""
+        return AsyncSemaphore(
+            self, name, permits=permits, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair
+        )
+
     async def status(self, name: str) -> LockStatus:
         raw = await asyncio.get_running_loop().run_in_executor(None, self._native.status, name)
         return _status(name, raw)
@@ -152,8 +168,9 @@ class AsyncLock(_LockOptions):
         max_hold: Optional[float],
         on_lost: Optional[OnLost],
         fair: bool = True,
+        permits: Optional[int] = None,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits)
         self.client = client
         self.on_lost = on_lost
         self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
@@ -172,7 +189,7 @@ class AsyncLock(_LockOptions):
         owner = self._owner()
         native = await _call(
             lambda done: self.client._native.acquire_async(
-                self.name, owner, self.lease, wait, self.max_hold, self.fair, done
+                self.name, owner, self.lease, wait, self.max_hold, self.fair, self.permits, done
             )
         )
         return None if native is None else AsyncHeld(native, self.on_lost)
@@ -225,6 +242,15 @@ class AsyncMultiLock(AsyncLock):
             lambda done: self.client._native.acquire_multi_async(self.names, self.lease, wait, self.max_hold, done)
         )
         return None if native is None else AsyncHeld(native, self.on_lost)
+
+
+class AsyncSemaphore(AsyncLock):
+    """A semaphore's name, number of permits and options (see :meth:`AsyncClient.semaphore`)."""
+
+    _KIND = "dlock.aio.AsyncSemaphore"
+
+    def __repr__(self) -> str:
+        return f"<{self._KIND} {self.name!r} permits={self.permits} lease={self.lease}s wait={self.wait}>"
 
 
 class AsyncHeld(_HeldState):

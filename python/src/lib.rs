@@ -79,6 +79,20 @@ fn seconds(py: Python<'_>, what: &str, s: f64) -> PyResult<Duration> {
         .map_err(|e| error_class(py, "InvalidArgument", format!("{what}: {e}")))
 }
 
+/// A semaphore's number of permits from Python; the engine checks its range.
+fn permit_count(py: Python<'_>, n: i64) -> PyResult<u32> {
+    u32::try_from(n).map_err(|_| {
+        error_class(
+            py,
+            "InvalidArgument",
+            format!(
+                "a semaphore has 1 to {} permits, not {n}",
+                dlock_core::MAX_PERMITS
+            ),
+        )
+    })
+}
+
 fn optional_seconds(py: Python<'_>, what: &str, s: Option<f64>) -> PyResult<Option<Duration>> {
     s.map(|s| seconds(py, what, s)).transpose()
 }
@@ -250,12 +264,13 @@ impl Spec {
         wait: Option<f64>,
         max_hold: Option<f64>,
         fair: bool,
+        permits: Option<i64>,
     ) -> PyResult<Self> {
-        let mut lock = client
-            .lock(name)
-            .owner(owner)
-            .fair(fair)
-            .lease(seconds(py, "lease", lease)?);
+        let lock = match permits {
+            None => client.lock(name).owner(owner),
+            Some(n) => client.semaphore(name, permit_count(py, n)?),
+        };
+        let mut lock = lock.fair(fair).lease(seconds(py, "lease", lease)?);
         if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
             lock = lock.max_hold(m);
         }
@@ -328,7 +343,8 @@ impl NativeClient {
     }
 
     /// Acquires: `wait=None` waits as long as it takes, `wait=0` tries once (None if busy).
-    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true))]
+    /// With `permits`: a permit of the semaphore `name`, which has that many.
+    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true, permits=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
@@ -339,6 +355,7 @@ impl NativeClient {
         wait: Option<f64>,
         max_hold: Option<f64>,
         fair: bool,
+        permits: Option<i64>,
     ) -> PyResult<Option<NativeHeld>> {
         let spec = Spec::new(
             py,
@@ -349,11 +366,12 @@ impl NativeClient {
             wait,
             max_hold,
             fair,
+            permits,
         )?;
         block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
     }
 
-    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, callback))]
+    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, permits, callback))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_async(
         &self,
@@ -364,6 +382,7 @@ impl NativeClient {
         wait: Option<f64>,
         max_hold: Option<f64>,
         fair: bool,
+        permits: Option<i64>,
         callback: Py<PyAny>,
     ) -> PyResult<Task> {
         let spec = Spec::new(
@@ -375,6 +394,7 @@ impl NativeClient {
             wait,
             max_hold,
             fair,
+            permits,
         )?;
         spawn(callback, spec.run())
     }
