@@ -91,9 +91,9 @@ class Client {
    * A semaphore with `permits` permits (1 to 1024): at most that many holders at a time,
    * across every client (Redisson's PermitExpirableSemaphore). Each acquire takes a permit of
    * its own: a Held with its own lease, renewal, fencing token and release. Options as for
-   * `lock` (no `owner`: not reentrant). Every client must give the same `permits`: while
-   * anyone holds or waits, another number rejects with DLOCK_INVALID_ARGUMENT. Redis and
-   * Redis Cluster (ZooKeeper and Redlock refuse it).
+   * `lock` (no `owner`: not reentrant). Every client must give the same `permits`: on Redis,
+   * while anyone holds or waits, another number rejects with DLOCK_INVALID_ARGUMENT. Redis,
+   * Redis Cluster and ZooKeeper (Redlock refuses it).
    */
   semaphore(name, options = {}) {
     return new Semaphore(this.#native, name, options)

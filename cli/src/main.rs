@@ -59,7 +59,7 @@ enum Cmd {
         #[arg(long)]
         non_fair: bool,
         /// Hold one permit of the semaphore named by --lock, which has this many permits
-        /// (Redis): at most that many `dlock run` at a time. One --lock only.
+        /// (Redis, ZooKeeper): at most that many `dlock run` at a time. One --lock only.
         #[arg(long)]
         permits: Option<u32>,
         /// Lease, renewed every third of it while the command runs.

@@ -201,7 +201,7 @@ pub(crate) fn check_kind(kind: Kind, backend: Option<&str>) -> Result<(), Error>
     match (kind, backend) {
         (Kind::Mutex, _) => Ok(()),
         (Kind::Semaphore { .. }, Some(backend)) => Err(Error::InvalidArgument(format!(
-            "semaphores need one Redis or Redis Cluster; {backend} offers locks only"
+            "semaphores need Redis, Redis Cluster or ZooKeeper; {backend} offers locks only"
         ))),
         (Kind::Semaphore { permits }, None) if (1..=MAX_PERMITS).contains(&permits) => Ok(()),
         (Kind::Semaphore { permits }, None) => Err(Error::InvalidArgument(format!(

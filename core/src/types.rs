@@ -47,7 +47,8 @@ pub enum Kind {
     /// acquire is a permit of its own with its own lease, hold and fencing token (not
     /// reentrant); only its hold releases it. Every client must give the same number: while
     /// anyone holds or waits, another number fails the acquire with
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument). One Redis only.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on Redis (ZooKeeper cannot
+    /// check it). Redis and ZooKeeper; Redlock refuses semaphores.
     Semaphore { permits: u32 },
 }
 

@@ -1475,9 +1475,8 @@ fn bad_semaphores_are_refused_before_anything_is_sent() {
         );
     }
     assert!(bed.take_sent(0).is_empty());
-    // ZooKeeper and Redlock offer locks only.
-    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
-    for protocol in [zk, dlock_core::Protocol::Redlock { nodes: 3 }] {
+    // Redlock offers locks only.
+    for protocol in [dlock_core::Protocol::Redlock { nodes: 3 }] {
         let mut config = Config::new(ClientId(9));
         config.protocol = protocol.clone();
         let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();

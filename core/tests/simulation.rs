@@ -26,7 +26,8 @@
 //!    held the lock (paused, or not yet told) and had not released it;
 //! 5. multi-locks are all or none: an acquired multi-lock holds exactly the names asked for
 //!    (in canonical order), each a new tenure checked by 1, 2 and 4;
-//! 6. semaphores (one Redis; `pool` has 2 permits, `a{b}c` 3, apart from the lock `a{b}c`):
+//! 6. semaphores (Redis and ZooKeeper; `pool` has 2 permits, `a{b}c` 3, apart from the lock
+//!    `a{b}c`):
 //!    never more permits held with validity left than the semaphore has — nor, counting
 //!    permits whose holder lapsed less than its lock-delay ago, when a new permit starts —
 //!    and no fencing token given to two permits of one semaphore;
@@ -1040,10 +1041,10 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            if (50..60).contains(&roll) && self.zk.is_none() && self.redlock.is_none() {
-                // A permit of a semaphore (one Redis).
+            if (50..60).contains(&roll) && self.redlock.is_none() {
+                // A permit of a semaphore (Redis and ZooKeeper).
                 let (name, permits) = *self.rng.pick(&SEMAPHORES);
-                let fair = !self.rng.chance(333);
+                let fair = self.zk.is_some() || !self.rng.chance(333);
                 let kind = OpKind::AcquirePermit {
                     name: name.to_owned(),
                     permits,

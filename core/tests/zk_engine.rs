@@ -377,3 +377,81 @@ fn status_reads_the_lock_directory() {
     let wrong = protocol.parse_status(Ok(Response::Zk(ZkReply::Done)));
     assert!(matches!(wrong, Err(Error::MalformedReply(_))));
 }
+
+fn permit(op: u64, wait: Wait) -> Command {
+    match acquire(op, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            kind: Kind::Semaphore { permits: 2 },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
+    let mut bed = Bed::new(4);
+    let dir = "/dlock/job.semaphore";
+    bed.cmd(0, permit(1, Wait::No));
+    let (first, _) = acquired(&bed.take(0));
+    // The same client and owner again: a permit of its own.
+    bed.cmd(0, permit(2, Wait::No));
+    let (second, _) = acquired(&bed.take(0));
+    assert_ne!(first, second);
+    bed.cmd(1, permit(1, Wait::No));
+    assert!(matches!(
+        bed.take(1)[..],
+        [Event::NotAcquired {
+            reason: NotAcquired::Busy,
+            ..
+        }]
+    ));
+    bed.take_sent(2);
+    bed.cmd(2, permit(1, Wait::Forever));
+    bed.cmd(3, permit(1, Wait::Forever));
+    let children = bed.store.children(dir);
+    assert_eq!(children.len(), 4, "{children:?}");
+    let watched = |sent: Vec<ZkOp>| -> Vec<String> {
+        let mut paths: Vec<String> = sent
+            .into_iter()
+            .filter_map(|op| match op {
+                ZkOp::Watch { path } => Some(path),
+                _ => None,
+            })
+            .collect();
+        paths.sort();
+        paths
+    };
+    let at = |i: usize| format!("{dir}/{}", children[i]);
+    assert_eq!(
+        watched(bed.take_sent(2)),
+        [at(0), at(1)],
+        "the 2 nodes ahead"
+    );
+    assert_eq!(watched(bed.take_sent(3)), [at(1), at(2)]);
+    // The first permit goes: it was not client 2's predecessor, yet client 2 takes a permit.
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(3),
+            hold: first,
+        },
+    );
+    acquired(&bed.take(2));
+    assert!(bed.take(3).is_empty(), "client 3 has 2 nodes ahead still");
+    assert!(
+        bed.take_sent(3).is_empty(),
+        "client 3 did not hear of it: the nodes it watches are still there"
+    );
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(4),
+            hold: second,
+        },
+    );
+    acquired(&bed.take(3));
+    // A lock of the same name is another thing.
+    bed.cmd(1, acquire(2, Wait::No));
+    acquired(&bed.take(1));
+}

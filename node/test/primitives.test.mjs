@@ -119,7 +119,16 @@ test('a semaphore lets in at most its permits, each acquire a permit of its own'
   await Promise.all([second.release(), third.release()])
 })
 
-test('ZooKeeper refuses semaphores', async () => {
-  const client = await connect(servers.zookeeper.url)
-  await assert.rejects(client.semaphore('pool', { permits: 2 }).tryAcquire(), { code: 'DLOCK_INVALID_ARGUMENT', message: /semaphore/ })
+test('a ZooKeeper semaphore hands a permit to its waiter when any permit goes', async () => {
+  const a = await connect(servers.zookeeper.url)
+  const b = await connect(servers.zookeeper.url)
+  const first = await a.semaphore('pool', { permits: 2 }).acquire()
+  const second = await a.semaphore('pool', { permits: 2 }).acquire()
+  assert.equal(await b.semaphore('pool', { permits: 2 }).tryAcquire(), null)
+  const waiting = b.semaphore('pool', { permits: 2, waitMs: 10_000 }).acquire()
+  await new Promise((r) => setTimeout(r, 200))
+  await first.release()
+  const third = await waiting
+  assert.ok(third.fencingToken > second.fencingToken)
+  await Promise.all([second.release(), third.release()])
 })

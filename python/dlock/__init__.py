@@ -253,8 +253,8 @@ class Client:
         time, across every client (Redisson's ``PermitExpirableSemaphore``). Each acquire takes
         a permit of its own, a :class:`Held` with its own lease, renewal, fencing token and
         release; options as for :meth:`lock`. Not reentrant. Every client must give the same
-        ``permits``: while anyone holds or waits, another number raises
-        :class:`InvalidArgument`. Redis and Redis Cluster (ZooKeeper and Redlock refuse it)::
+        ``permits``: on Redis, while anyone holds or waits, another number raises
+        :class:`InvalidArgument`. Redis, Redis Cluster and ZooKeeper (Redlock refuses it)::
 
             with client.semaphore("pdf-render", permits=4):
                 render()

@@ -76,10 +76,24 @@ def test_bad_and_disagreeing_permits_are_refused(redis: Any) -> None:
     held.release()
 
 
-def test_zookeeper_refuses_semaphores(zookeeper: Any) -> None:
-    client = dlock.connect(zookeeper.url)
-    with pytest.raises(dlock.InvalidArgument, match="semaphore"):
-        client.semaphore("pool", permits=2).try_acquire()
+def test_zookeeper_semaphores_hand_permits_to_their_waiters(zookeeper: Any) -> None:
+    a, b = dlock.connect(zookeeper.url), dlock.connect(zookeeper.url)
+    first = a.semaphore("pool", permits=2).acquire()
+    second = a.semaphore("pool", permits=2).acquire()
+    assert b.semaphore("pool", permits=2).try_acquire() is None
+    got: List[int] = []
+
+    def wait() -> None:
+        with b.semaphore("pool", permits=2, wait=10.0) as held:
+            got.append(held.fencing_token)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    first.release()  # not the waiter's predecessor: it watches both permits ahead of it
+    t.join(timeout=10)
+    assert got and got[0] > second.fencing_token
+    second.release()
 
 
 def test_asyncio_tasks_share_the_permits(redis: Any) -> None:

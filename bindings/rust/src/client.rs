@@ -195,9 +195,9 @@ impl Client {
     /// its own, with its own lease, renewal and fencing token; at most `permits` guards are
     /// held at a time across every client (Redisson's `PermitExpirableSemaphore`). Not
     /// reentrant, and [`LockBuilder::owner`] does not apply. Every client must give the same
-    /// `permits`: while anyone holds or waits, another number fails the acquire. Waiters are
-    /// served first come, first served, each released permit handed to the next. On redis://
-    /// and redis-cluster:// (and memory://); Redlock and ZooKeeper refuse semaphores.
+    /// `permits` (on Redis, while anyone holds or waits, another number fails the acquire).
+    /// Waiters are served first come, first served. On redis://, redis-cluster://, zk:// and
+    /// memory://; Redlock refuses semaphores.
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
         LockBuilder {
             kind: Kind::Semaphore { permits },

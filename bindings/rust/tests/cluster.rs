@@ -105,7 +105,7 @@ async fn multi_locks_span_slots_all_or_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphores_let_in_at_most_their_permits() {
     let cluster = RedisCluster::start(3);
-    common::semaphore_rules(&cluster.url()).await;
+    common::semaphore_rules(&cluster.url(), true).await;
     common::semaphore_contend(&cluster.url(), 2, 2, 2, 4).await;
 }
 

@@ -425,7 +425,7 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     let token = first.fencing_token();
     first.release().await.unwrap();
     assert!(waiter.await.unwrap().unwrap() > token);
-    common::semaphore_rules(url).await;
+    common::semaphore_rules(url, true).await;
     common::semaphore_contend(url, 2, 2, 2, 3).await;
 }
 
@@ -542,7 +542,7 @@ async fn multi_locks_are_all_or_none_and_never_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphores_let_in_at_most_their_permits() {
     let server = RedisServer::start();
-    common::semaphore_rules(&server.url()).await;
+    common::semaphore_rules(&server.url(), true).await;
     common::semaphore_contend(&server.url(), 3, 3, 3, 4).await;
 }
 

@@ -41,6 +41,15 @@ async fn multi_locks_are_all_or_none_and_never_deadlock() {
     common::multi_contend(&zk.url(), 2, 2, 6).await;
 }
 
+/// The N lowest nodes hold the permits; a waiter watches the N just before its own, so a
+/// release of any of them reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_let_in_at_most_their_permits() {
+    let zk = ZkEnsemble::start(1);
+    common::semaphore_rules(&zk.url(), false).await;
+    common::semaphore_contend(&zk.url(), 3, 3, 3, 4).await;
+}
+
 #[tokio::test]
 async fn reentrancy_try_acquire_and_status() {
     let zk = ZkEnsemble::start(1);

@@ -1069,6 +1069,20 @@ fn zk_only() -> Vec<Json> {
         .ghost(2, release(4, HoldId(1)));
     out.push(b.finish());
 
+    let mut b = Bed::new(
+        "zookeeper-semaphore",
+        "A semaphore's directory is <name>.semaphore. With its 2 permits held, a waiter watches the 2 nodes just before its own, and the release of the first holder (not its predecessor) gives it a permit.",
+        zookeeper(),
+        2,
+    );
+    b.ghost(1, permit(1, "jobs", 2, Wait::No))
+        .ghost(2, permit(1, "jobs", 2, Wait::No))
+        .command(permit(1, "jobs", 2, Wait::Forever))
+        .ghost(1, release(2, HoldId(1)));
+    let h = b.hold(1);
+    b.command(release(2, h));
+    out.push(b.finish());
+
     let mut b = Bed::with(
         "zookeeper-custom-root",
         "A custom root: lock directories are created under it, with escaped names.",

@@ -1,6 +1,8 @@
 //! The machine behind a ZooKeeper backend: Curator's lock recipe (sequential ephemeral nodes,
 //! the lowest holds, each waiter watches its predecessor) with reentrancy counted here,
-//! fencing by sequence number and a lease bounded by the session's latest confirmation.
+//! fencing by sequence number and a lease bounded by the session's latest confirmation. A
+//! semaphore of N permits is the same recipe with the N lowest holding, each waiter watching
+//! the N nodes just before its own.
 //!
 //! Validity: any answer the session gives to a request sent at `t` proves the session was
 //! alive on the server after `t`, so it lives — and keeps our ephemeral nodes — until at
@@ -19,8 +21,8 @@ use crate::redis::owner_token;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId, Response,
-    Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
+    Response, Wait,
 };
 use crate::zk::{self, ZkOp, ZkReply, ZkSettings};
 
@@ -30,6 +32,8 @@ struct Tenure {
     owner: u64,
     /// The lock's directory node.
     dir: String,
+    /// A permit of a semaphore with this many permits; `None` for a lock.
+    permits: Option<u32>,
     token: String,
     max_hold: Option<Duration>,
     state: State,
@@ -47,6 +51,11 @@ struct Pending {
     wait: Wait,
     node: Node,
     in_flight: bool,
+    /// Nodes ahead of ours still to watch, set one after the other.
+    to_watch: Vec<String>,
+    /// A watch of ours fired while a request was under way: list the directory again once
+    /// it is answered.
+    stale: bool,
 }
 
 /// What we know of a pending tenure's contender node.
@@ -124,8 +133,8 @@ pub(crate) struct Machine {
     slots: BTreeMap<(String, u64), u64>,
     /// Pending acquire op → tenure, for cancel.
     acquires: BTreeMap<OpId, u64>,
-    /// Watched predecessor → the waiting tenure.
-    watches: BTreeMap<String, u64>,
+    /// (Watched node ahead, the waiting tenure that watches it).
+    watches: BTreeSet<(String, u64)>,
     /// Watches that fired before the reply that set them arrived.
     fired: BTreeSet<String>,
     /// Send time of the latest request the session answered.
@@ -161,7 +170,7 @@ impl Machine {
             tenures: BTreeMap::new(),
             slots: BTreeMap::new(),
             acquires: BTreeMap::new(),
-            watches: BTreeMap::new(),
+            watches: BTreeSet::new(),
             fired: BTreeSet::new(),
             confirmed: None,
             cleanup: BTreeMap::new(),
@@ -349,30 +358,56 @@ impl Machine {
             path: path.clone(),
             seq: n,
         };
-        let predecessor = queue
+        // A lock is held by the lowest node, a semaphore's permits by its N lowest: with N
+        // or more nodes ahead, watch the N just before ours. Another node going changes
+        // nothing for us: the N stay the ones just before ours, and as many are still ahead.
+        let permits = t.permits.unwrap_or(1) as usize;
+        let ahead: Vec<&str> = queue
             .iter()
             .take_while(|(s, _)| *s < n)
-            .last()
-            .map(|(_, c)| format!("{dir}/{c}"));
-        let wait = p.wait;
+            .map(|(_, c)| *c)
+            .collect();
+        let window = ahead.len().saturating_sub(permits);
+        p.to_watch = ahead[window..]
+            .iter()
+            .rev()
+            .map(|c| format!("{dir}/{c}"))
+            .collect();
+        p.stale = false;
+        let (wait, full) = (p.wait, ahead.len() >= permits);
         for stray in strays {
             self.clean(Cleanup::Delete(stray));
         }
-        match predecessor {
-            None => self.held(seq, path, fencing_token(n)),
-            Some(_) if wait == Wait::No => {
-                let op = self.pending_op(seq);
-                let event = Event::NotAcquired {
-                    op,
-                    reason: NotAcquired::Busy,
-                };
-                self.abandon(seq, event, true);
-            }
-            Some(pred) => self.send_pending(
+        if !full {
+            self.held(seq, path, fencing_token(n));
+        } else if wait == Wait::No {
+            let op = self.pending_op(seq);
+            let event = Event::NotAcquired {
+                op,
+                reason: NotAcquired::Busy,
+            };
+            self.abandon(seq, event, true);
+        } else {
+            self.watch_next(seq);
+        }
+    }
+
+    /// Sets the next watch on a node ahead of a waiter's; with all set, it waits for one to
+    /// fire.
+    fn watch_next(&mut self, seq: u64) {
+        let Some(Tenure {
+            state: State::Pending(p),
+            ..
+        }) = self.tenures.get_mut(&seq)
+        else {
+            return;
+        };
+        if let Some(path) = p.to_watch.pop() {
+            self.send_pending(
                 seq,
-                ZkOp::Watch { path: pred.clone() },
-                Purpose::Watch { seq, path: pred },
-            ),
+                ZkOp::Watch { path: path.clone() },
+                Purpose::Watch { seq, path },
+            );
         }
     }
 
@@ -386,11 +421,13 @@ impl Machine {
             return;
         };
         p.in_flight = false;
+        let stale = std::mem::take(&mut p.stale);
         match reply {
-            Ok(ZkReply::Done) if !fired => {
-                self.watches.insert(path, seq);
+            Ok(ZkReply::Done) if !fired && !stale => {
+                self.watches.insert((path, seq));
+                self.watch_next(seq);
             }
-            // The predecessor is gone (or went while we watched it): look again.
+            // A node ahead is gone (or went while we set a watch): look again.
             Ok(ZkReply::Done | ZkReply::NoNode) => self.children(seq),
             Ok(other) => self.malformed(seq, "watch", other),
             Err(e) => self.retry_or_fail(seq, e),
@@ -474,18 +511,29 @@ impl Machine {
                     }
                 }
             }
-            Notice::Watch { path } => match self.watches.remove(&path) {
-                Some(seq) => self.children(seq),
-                None => {
-                    if self
+            Notice::Watch { path } => {
+                let watchers: Vec<u64> = self
+                    .watches
+                    .range((path.clone(), 0)..=(path.clone(), u64::MAX))
+                    .map(|(_, seq)| *seq)
+                    .collect();
+                for seq in &watchers {
+                    self.watches.remove(&(path.clone(), *seq));
+                    // A waiter setting its next watch looks again once that is answered.
+                    match self.tenures.get_mut(seq).map(|t| &mut t.state) {
+                        Some(State::Pending(p)) if p.in_flight => p.stale = true,
+                        _ => self.children(*seq),
+                    }
+                }
+                if watchers.is_empty()
+                    && self
                         .tenures
                         .values()
                         .any(|t| matches!(&t.state, State::Pending(p) if p.in_flight))
-                    {
-                        self.fired.insert(path);
-                    }
+                {
+                    self.fired.insert(path);
                 }
-            },
+            }
             Notice::Closed => self.close(),
             Notice::Message { .. } => {}
         }
@@ -751,11 +799,13 @@ impl Machine {
     /// Removes a tenure and everything that points at it.
     fn forget(&mut self, seq: u64) -> Option<Tenure> {
         let t = self.tenures.remove(&seq)?;
-        self.slots.remove(&(t.name.clone(), t.owner));
+        if t.permits.is_none() {
+            self.slots.remove(&(t.name.clone(), t.owner));
+        }
         if let State::Pending(p) = &t.state {
             self.acquires.remove(&p.op);
         }
-        self.watches.retain(|_, s| *s != seq);
+        self.watches.retain(|(_, s)| *s != seq);
         for timer in [Timer::MaxHold, Timer::WaitDeadline, Timer::Refresh] {
             self.base.timers.clear(timer(seq));
         }
@@ -823,14 +873,23 @@ impl Commands for Machine {
         // is wrong on Redis is wrong here too.
         check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(a.kind, Some("ZooKeeper"))?;
+        check_kind(a.kind, None)?;
         if !a.fair {
             // Waiters are sequential nodes, served in order: there is nothing to barge past.
             return Err(Error::InvalidArgument(
                 "ZooKeeper locks are always fair (waiters are served in order)".into(),
             ));
         }
-        if let Some(&seq) = self.slots.get(&(a.name.clone(), a.owner)) {
+        let permits = match a.kind {
+            Kind::Mutex => None,
+            Kind::Semaphore { permits } => Some(permits),
+        };
+        // A lock's owner reenters its tenure; every permit is a tenure of its own.
+        if let Some(&seq) = self
+            .slots
+            .get(&(a.name.clone(), a.owner))
+            .filter(|_| permits.is_none())
+        {
             let valid_until = self.valid_until();
             return match self.tenures.get_mut(&seq).map(|t| &mut t.state) {
                 Some(State::Pending(p)) => Err(Error::AlreadyWaiting { op: p.op }),
@@ -858,7 +917,11 @@ impl Commands for Machine {
         self.tenures.insert(
             seq,
             Tenure {
-                dir: zk::lock_dir(&self.root, &a.name),
+                dir: match permits {
+                    None => zk::lock_dir(&self.root, &a.name),
+                    Some(_) => zk::semaphore_dir(&self.root, &a.name),
+                },
+                permits,
                 token: owner_token(self.client_id, seq),
                 name: a.name.clone(),
                 owner: a.owner,
@@ -868,10 +931,14 @@ impl Commands for Machine {
                     wait,
                     node: Node::None,
                     in_flight: false,
+                    to_watch: Vec::new(),
+                    stale: false,
                 }),
             },
         );
-        self.slots.insert((a.name, a.owner), seq);
+        if permits.is_none() {
+            self.slots.insert((a.name, a.owner), seq);
+        }
         self.acquires.insert(a.op, seq);
         if let Wait::Until(deadline) = wait {
             self.base.timers.set(Timer::WaitDeadline(seq), deadline);

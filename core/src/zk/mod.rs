@@ -4,7 +4,9 @@
 //! Per lock name N under a root (default `/dlock`): a persistent node `root/escape(N)`, and
 //! under it one `EPHEMERAL_SEQUENTIAL` node per contender, `<owner token>-lock-<10-digit
 //! sequence>`. The lowest sequence holds the lock; each waiter watches only the node just
-//! before its own. The fencing token is the holder's sequence number + 1. `docs/PROTOCOL.md`
+//! before its own. The fencing token is the holder's sequence number + 1. A semaphore of N
+//! permits queues the same way under `root/escape(N).semaphore`: the N lowest hold a permit,
+//! and each waiter watches the N nodes just before its own. `docs/PROTOCOL.md`
 //! describes the same thing for other implementers.
 
 pub(crate) mod machine;
@@ -117,6 +119,12 @@ pub fn escape(name: &str) -> String {
 /// The persistent node under which the contenders for lock `name` queue.
 pub fn lock_dir(root: &str, name: &str) -> String {
     format!("{root}/{}", escape(name))
+}
+
+/// The persistent node under which the contenders for the permits of semaphore `name` queue:
+/// apart from the lock of that name (an escaped name never contains `.`).
+pub fn semaphore_dir(root: &str, name: &str) -> String {
+    format!("{root}/{}.semaphore", escape(name))
 }
 
 /// The path prefix of the contender node of tenure `token` (the server appends the sequence).
