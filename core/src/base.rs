@@ -8,7 +8,8 @@ use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
 use crate::types::{
-    Acquire, Command, Event, HoldId, Kind, Op, OpId, Output, Reply, Request, RequestId, Response,
+    Acquire, Command, Event, HoldId, Kind, Op, OpId, Output, Primitive, Reply, Request, RequestId,
+    Response,
 };
 
 /// A request under way: when it was sent and what the machine wanted of it.
@@ -195,18 +196,27 @@ pub fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
-/// Checks what an acquire takes: a semaphore has 1 to [`MAX_PERMITS`] permits. A backend
-/// that offers only locks (`backend` names it) refuses a semaphore.
-pub(crate) fn check_kind(kind: Kind, backend: Option<&str>) -> Result<(), Error> {
-    match (kind, backend) {
-        (Kind::Mutex, _) => Ok(()),
-        (Kind::Semaphore { .. }, Some(backend)) => Err(Error::InvalidArgument(format!(
-            "semaphores need Redis, Redis Cluster or ZooKeeper; {backend} offers locks only"
-        ))),
-        (Kind::Semaphore { permits }, None) if (1..=MAX_PERMITS).contains(&permits) => Ok(()),
-        (Kind::Semaphore { permits }, None) => Err(Error::InvalidArgument(format!(
-            "a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"
-        ))),
+/// Checks what an acquire takes: a primitive `backend` offers, and a semaphore of 1 to
+/// [`MAX_PERMITS`] permits.
+pub(crate) fn check_kind(kind: Kind, backend: &str, offers: &[Primitive]) -> Result<(), Error> {
+    let primitive = kind.primitive();
+    if !offers.contains(&primitive) {
+        let what = match primitive {
+            Primitive::Lock => "locks",
+            Primitive::Semaphore => "semaphores",
+            Primitive::RwLock => "read-write locks",
+        };
+        return Err(Error::InvalidArgument(format!(
+            "{backend} offers no {what}"
+        )));
+    }
+    match kind {
+        Kind::Semaphore { permits } if !(1..=MAX_PERMITS).contains(&permits) => {
+            Err(Error::InvalidArgument(format!(
+                "a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

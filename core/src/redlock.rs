@@ -28,12 +28,12 @@ use crate::error::Error;
 use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, LockStatus, Mode, RedisOp, ReleaseReply, Value,
 };
-use crate::tenures::{self, Held, Tenures};
+use crate::tenures::{self, Held, Target, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, ClientId, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
-    Response, Wait,
+    Acquire, ClientId, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive,
+    Reply, RequestId, Response, Wait,
 };
 
 /// Most nodes one engine will spread a lock over.
@@ -870,9 +870,9 @@ impl Commands for Machine {
         check_name(&a.name)?;
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(a.kind, Some("Redlock"))?;
+        check_kind(a.kind, "Redlock", &[Primitive::Lock])?;
 
-        if let Some(seq) = self.tenures.slot(&a.name, a.owner) {
+        if let Some(seq) = self.tenures.slot(Kind::Mutex, &a.name, a.owner) {
             let t = self
                 .tenures
                 .get_mut(seq)
@@ -906,7 +906,7 @@ impl Commands for Machine {
             seq,
             Tenure {
                 keys: LockKeys::new(&a.name),
-                semaphore: None,
+                target: Target::Lock,
                 name: a.name,
                 owner: a.owner,
                 token: String::new(),

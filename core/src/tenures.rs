@@ -1,5 +1,5 @@
 //! The tenures of a machine on Redis keys (one Redis, Redlock): each lock an owner of the
-//! engine holds or waits for, found by hold id, by (name, owner) for reentrancy, and by op id
+//! engine holds or waits for, found by hold id, by (kind, name, owner) for reentrancy, and by op id
 //! while its acquire is pending — and what a held tenure does the same way on either: its
 //! timers, its validity, its renewal batches and its snapshot.
 
@@ -7,10 +7,10 @@ use core::time::Duration;
 use std::collections::BTreeMap;
 
 use crate::engine::HoldInfo;
-use crate::redis::{self, Fairness, LockKeys, Mode, RedisOp, SemaphoreKeys};
+use crate::redis::{self, Fairness, LockKeys, Mode, RedisOp, RwHold, RwKeys, SemaphoreKeys};
 use crate::time::{Instant, drift};
 use crate::timers::{Timer, Timers};
-use crate::types::OpId;
+use crate::types::{Kind, OpId};
 
 /// One tenure (or attempted tenure) of a lock by one owner of the engine. `P` is what the
 /// machine keeps while the acquire is pending.
@@ -18,10 +18,10 @@ use crate::types::OpId;
 pub(crate) struct Tenure<P> {
     pub(crate) name: String,
     pub(crate) owner: u64,
-    /// The lock's keys; for a permit, `lock` is the permit's own hash.
+    /// The lock's keys; for a permit or a read-write hold, `lock` is the hold's own hash.
     pub(crate) keys: LockKeys,
-    /// A permit of this semaphore, with this many permits (one Redis); `None` for a lock.
-    pub(crate) semaphore: Option<(SemaphoreKeys, u32)>,
+    /// What the tenure holds.
+    pub(crate) target: Target,
     pub(crate) token: String,
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
@@ -30,8 +30,37 @@ pub(crate) struct Tenure<P> {
     pub(crate) state: State<P>,
 }
 
+/// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock (one
+/// Redis for the last two).
+#[derive(Debug)]
+pub(crate) enum Target {
+    Lock,
+    Permit {
+        keys: SemaphoreKeys,
+        permits: u32,
+    },
+    Rw {
+        keys: RwKeys,
+        write: bool,
+        /// A read hold beside the same owner's write hold: that hold's owner token.
+        downgrade: Option<String>,
+    },
+}
+
+impl Target {
+    /// What the application asked for.
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Target::Lock => Kind::Mutex,
+            Target::Permit { permits, .. } => Kind::Semaphore { permits: *permits },
+            Target::Rw { write: true, .. } => Kind::Write,
+            Target::Rw { write: false, .. } => Kind::Read,
+        }
+    }
+}
+
 impl<P> Tenure<P> {
-    /// The ACQUIRE (PERMIT-ACQUIRE for a permit) of this tenure at `count` levels.
+    /// The (PERMIT- or RW-)ACQUIRE of this tenure at `count` levels.
     pub(crate) fn acquire(
         &self,
         lease: Duration,
@@ -39,41 +68,64 @@ impl<P> Tenure<P> {
         mode: Mode,
         waiter_lease: Duration,
     ) -> RedisOp {
-        match &self.semaphore {
-            None => redis::acquire(
+        let token = &self.token;
+        match &self.target {
+            Target::Lock => redis::acquire(
                 &self.keys,
-                &self.token,
+                token,
                 lease,
                 count,
                 mode,
                 waiter_lease,
                 self.fairness,
             ),
-            Some((keys, permits)) => redis::permit_acquire(
+            Target::Permit { keys, permits } => redis::permit_acquire(
                 keys,
-                &self.token,
+                token,
                 lease,
                 *permits,
                 mode,
                 waiter_lease,
                 self.fairness,
             ),
+            Target::Rw { .. } => {
+                redis::rw_acquire(&self.rw_hold(), lease, count, mode, waiter_lease)
+            }
         }
     }
 
     /// The RELEASE down to `count` levels (a permit has one).
     pub(crate) fn release(&self, count: u32) -> RedisOp {
-        match &self.semaphore {
-            None => redis::release(&self.keys, &self.token, count, self.fairness),
-            Some((keys, _)) => redis::permit_release(keys, &self.token, self.fairness),
+        match &self.target {
+            Target::Lock => redis::release(&self.keys, &self.token, count, self.fairness),
+            Target::Permit { keys, .. } => redis::permit_release(keys, &self.token, self.fairness),
+            Target::Rw { .. } => redis::rw_release(&self.rw_hold(), count),
         }
     }
 
     /// The DEQUEUE of a waiter that gives up.
     pub(crate) fn dequeue(&self) -> RedisOp {
-        match &self.semaphore {
-            None => redis::dequeue(&self.keys, &self.token),
-            Some((keys, _)) => redis::permit_dequeue(keys, &self.token),
+        match &self.target {
+            Target::Lock => redis::dequeue(&self.keys, &self.token),
+            Target::Permit { keys, .. } => redis::permit_dequeue(keys, &self.token),
+            Target::Rw { .. } => redis::rw_dequeue(&self.rw_hold()),
+        }
+    }
+
+    fn rw_hold(&self) -> RwHold<'_> {
+        let Target::Rw {
+            keys,
+            write,
+            downgrade,
+        } = &self.target
+        else {
+            unreachable!("only a read-write tenure has a read-write hold")
+        };
+        RwHold {
+            keys,
+            token: &self.token,
+            write: *write,
+            downgrade: downgrade.as_deref(),
         }
     }
 }
@@ -116,8 +168,8 @@ impl Held {
 #[derive(Debug)]
 pub(crate) struct Tenures<P> {
     by_seq: BTreeMap<u64, Tenure<P>>,
-    /// (name, owner) → tenure, for reentrancy and for "already waiting".
-    slots: BTreeMap<(String, u64), u64>,
+    /// (kind, name, owner) → tenure, for reentrancy and for "already waiting".
+    slots: BTreeMap<(Kind, String, u64), u64>,
     /// Pending acquire op → tenure, for cancel.
     acquires: BTreeMap<OpId, u64>,
 }
@@ -131,11 +183,11 @@ impl<P: Pending> Tenures<P> {
         }
     }
 
-    /// A new pending tenure. A lock's is found by (name, owner) from now on; a permit is
-    /// never reentered.
+    /// A new pending tenure. A lock's or a read-write hold's is found by (kind, name, owner)
+    /// from now on; a permit is never reentered.
     pub(crate) fn insert(&mut self, seq: u64, tenure: Tenure<P>) {
-        if tenure.semaphore.is_none() {
-            self.slots.insert((tenure.name.clone(), tenure.owner), seq);
+        if let Some(slot) = slot(&tenure) {
+            self.slots.insert(slot, seq);
         }
         if let State::Pending(p) = &tenure.state {
             self.acquires.insert(p.op(), seq);
@@ -155,9 +207,9 @@ impl<P: Pending> Tenures<P> {
         self.by_seq.keys().copied().collect()
     }
 
-    /// The tenure of `owner` on lock `name`, pending or held.
-    pub(crate) fn slot(&self, name: &str, owner: u64) -> Option<u64> {
-        self.slots.get(&(name.to_owned(), owner)).copied()
+    /// The tenure of `owner` of `kind` on `name`, pending or held.
+    pub(crate) fn slot(&self, kind: Kind, name: &str, owner: u64) -> Option<u64> {
+        self.slots.get(&(kind, name.to_owned(), owner)).copied()
     }
 
     /// The tenure whose acquire `op` is pending.
@@ -198,8 +250,8 @@ impl<P: Pending> Tenures<P> {
     /// Removes a tenure, everything that points at it and its timers.
     pub(crate) fn forget(&mut self, seq: u64, timers: &mut Timers) -> Option<Tenure<P>> {
         let t = self.by_seq.remove(&seq)?;
-        if t.semaphore.is_none() {
-            self.slots.remove(&(t.name.clone(), t.owner));
+        if let Some(slot) = slot(&t) {
+            self.slots.remove(&slot);
         }
         if let State::Pending(p) = &t.state {
             self.acquires.remove(&p.op());
@@ -323,4 +375,10 @@ impl<P: Pending> Tenures<P> {
             valid_until: h.valid_until,
         })
     }
+}
+
+/// Where a reentrant tenure is found; a permit has no place (every acquire is a new one).
+fn slot<P>(t: &Tenure<P>) -> Option<(Kind, String, u64)> {
+    let kind = t.target.kind();
+    (!matches!(kind, Kind::Semaphore { .. })).then(|| (kind, t.name.clone(), t.owner))
 }

@@ -37,7 +37,7 @@ pub enum Wait {
 }
 
 /// What an acquire takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Kind {
     /// The lock `name` (the default): one holder at a time, reentrant for its owner.
     #[default]
@@ -50,6 +50,34 @@ pub enum Kind {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) on Redis (ZooKeeper cannot
     /// check it). Redis and ZooKeeper; Redlock refuses semaphores.
     Semaphore { permits: u32 },
+    /// A read hold of the read-write lock `name`: many readers at once, none beside a writer
+    /// — except the writer's own owner, whose read is granted beside its write hold
+    /// (downgrade: take the read, then release the write). Reentrant for its owner. A reader
+    /// that arrives while a writer waits queues behind it (writer preference). One Redis.
+    Read,
+    /// The write hold of the read-write lock `name`: one writer, and no reader beside it.
+    /// Reentrant for its owner. An owner that holds or waits for a read hold of the lock is
+    /// refused with [`Error::InvalidArgument`](crate::Error::InvalidArgument): upgrading would
+    /// wait for itself.
+    Write,
+}
+
+/// The primitives a backend may offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    Lock,
+    Semaphore,
+    RwLock,
+}
+
+impl Kind {
+    pub(crate) fn primitive(self) -> Primitive {
+        match self {
+            Kind::Mutex => Primitive::Lock,
+            Kind::Semaphore { .. } => Primitive::Semaphore,
+            Kind::Read | Kind::Write => Primitive::RwLock,
+        }
+    }
 }
 
 /// One acquire.

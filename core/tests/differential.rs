@@ -16,7 +16,9 @@ use std::time::Duration;
 use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::Store;
-use dlock_core::redis::{self, LockKeys, Mode, RedisOp, Script, SemaphoreKeys, Value};
+use dlock_core::redis::{
+    self, LockKeys, Mode, RedisOp, RwHold, RwKeys, Script, SemaphoreKeys, Value,
+};
 use dlock_testkit::{RedisServer, Rng};
 
 fn convert(v: resp::Value) -> Value {
@@ -82,7 +84,7 @@ fn same_text(real: &str, reference: &str) -> bool {
 /// STATUS's fourth item) within 50 ms, and fencing tokens as [`same_number`] says.
 fn same_reply(script: Script, real: &Value, reference: &Value) -> bool {
     let ttl_at = match (script, real) {
-        (Script::Acquire | Script::PermitAcquire, Value::Array(a))
+        (Script::Acquire | Script::PermitAcquire | Script::RwAcquire, Value::Array(a))
             if matches!(a.first(), Some(Value::Int(0 | 2))) =>
         {
             Some(1)
@@ -198,9 +200,17 @@ fn server_floor_guess() -> u64 {
 fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
     let name = names[rng.below(names.len() as u64) as usize];
     let keys = LockKeys::new(name);
-    // One semaphore, so that its permits run out and its waiters queue.
+    // One semaphore and one read-write lock, so that they fill up and their waiters queue.
     let sem = SemaphoreKeys::new(names[0]);
+    let rw = RwKeys::new(names[1]);
     let token = &tokens[rng.below(tokens.len() as u64) as usize];
+    let rw_hold = |rng: &mut Rng| RwHold {
+        keys: &rw,
+        token,
+        write: rng.below(3) == 0,
+        downgrade: (rng.below(4) == 0)
+            .then(|| tokens[rng.below(tokens.len() as u64) as usize].as_str()),
+    };
     let mut lease = || {
         if rng.below(3) == 0 {
             Duration::from_millis(5 + TICK_MS * rng.below(4))
@@ -209,7 +219,15 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         }
     };
     let (lease, waiter_lease) = (lease(), lease());
-    match rng.below(17) {
+    match rng.below(22) {
+        17..=19 => {
+            let hold = rw_hold(rng);
+            let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
+            let count = 1 + rng.below(2) as u32;
+            redis::rw_acquire(&hold, lease, count, mode, waiter_lease)
+        }
+        20 => redis::rw_release(&rw_hold(rng), rng.below(2) as u32),
+        21 => redis::rw_dequeue(&rw_hold(rng)),
         11..=13 => {
             // Mostly 2 permits; now and then 1, which the semaphore refuses while in use.
             let permits = if rng.below(8) == 0 { 1 } else { 2 };
@@ -253,9 +271,10 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
                 .map(|_| {
                     let name = names[rng.below(names.len() as u64) as usize];
                     let t = tokens[rng.below(tokens.len() as u64) as usize].clone();
-                    // A lock, or the permit that token would hold.
-                    let k = match rng.below(3) {
+                    // A lock, or the permit or read hold that token would hold.
+                    let k = match rng.below(4) {
                         0 => SemaphoreKeys::new(name).lock_keys(&t),
+                        1 => RwKeys::new(name).lock_keys(&t, false),
                         _ => LockKeys::new(name),
                     };
                     (k, t, Duration::from_secs(30 + rng.below(90)))
@@ -561,15 +580,7 @@ fn permit_scripts_match_redis_server() {
                 std::thread::sleep(short);
             }
             let reply = pair.compare(op.clone(), what)?;
-            let got = match &reply {
-                Value::Int(n) => *n,
-                Value::Array(items) => match items.first() {
-                    Some(Value::Int(n)) => *n,
-                    _ => panic!("{what}: {reply:?}"),
-                },
-                _ => panic!("{what}: {reply:?}"),
-            };
-            assert_eq!(got, *first, "{what}: {reply:?}");
+            assert_eq!(first_number(&reply), *first, "{what}: {reply:?}");
             Ok::<(), Stalled>(())
         });
         if all.is_ok() {
@@ -578,6 +589,119 @@ fn permit_scripts_match_redis_server() {
         println!("attempt {attempt} stalled; again");
     }
     panic!("every attempt was stalled by the machine");
+}
+
+/// The read-write lock's paths, step by step: readers together, a queued writer that holds off
+/// later readers (writer preference), the last reader's release handing the lock to the
+/// writer, a writer's own read hold beside it (downgrade), the writer's release handing the
+/// lock to every reader first in line, and a waiter that gives up a handed lock.
+#[test]
+fn rw_scripts_match_redis_server() {
+    let mut pair = Pair::start();
+    let keys = RwKeys::new("rw");
+    let t: Vec<String> = (1..=6)
+        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .collect();
+    let lease = Duration::from_secs(60);
+    let hold = |i: usize, write: bool, downgrade: Option<usize>| RwHold {
+        keys: &keys,
+        token: &t[i],
+        write,
+        downgrade: downgrade.map(|d| t[d].as_str()),
+    };
+    let take = |i, write, mode| redis::rw_acquire(&hold(i, write, None), lease, 1, mode, lease);
+    let steps = [
+        ("t0 reads", take(0, false, Mode::Try), 1),
+        ("t1 reads too", take(1, false, Mode::Try), 1),
+        ("t2 queues to write", take(2, true, Mode::Wait), 2),
+        (
+            "t3 may not read past the writer",
+            take(3, false, Mode::Try),
+            0,
+        ),
+        ("t3 queues to read", take(3, false, Mode::Wait), 2),
+        (
+            "t0 stops reading",
+            redis::rw_release(&hold(0, false, None), 0),
+            2,
+        ),
+        (
+            "the last reader hands over to t2",
+            redis::rw_release(&hold(1, false, None), 0),
+            2,
+        ),
+        ("t2 claims the write hold", take(2, true, Mode::Refresh), 1),
+        (
+            "t2 reenters",
+            redis::rw_acquire(&hold(2, true, None), lease, 2, Mode::Refresh, lease),
+            1,
+        ),
+        (
+            "t4, t2's owner, reads beside it",
+            redis::rw_acquire(&hold(4, false, Some(2)), lease, 1, Mode::Try, lease),
+            1,
+        ),
+        (
+            "t2 drops a level",
+            redis::rw_release(&hold(2, true, None), 1),
+            1,
+        ),
+        (
+            "t2 stops writing: t3 reads",
+            redis::rw_release(&hold(2, true, None), 0),
+            2,
+        ),
+        ("t3 claims its read hold", take(3, false, Mode::Refresh), 1),
+        ("t5 may not write", take(5, true, Mode::Try), 0),
+        ("t5 queues to write", take(5, true, Mode::Wait), 2),
+        ("t0 may not read past t5", take(0, false, Mode::Try), 0),
+        (
+            "t4 stops reading",
+            redis::rw_release(&hold(4, false, None), 0),
+            2,
+        ),
+        (
+            "t3 hands over to t5",
+            redis::rw_release(&hold(3, false, None), 0),
+            2,
+        ),
+        (
+            "t5 gives its handed hold up",
+            redis::rw_dequeue(&hold(5, true, None)),
+            2,
+        ),
+        ("t0 reads a free lock", take(0, false, Mode::Try), 1),
+        (
+            "t0's read hold renews",
+            redis::extend([(keys.reader(&t[0]).as_str(), t[0].as_str(), lease)]),
+            1,
+        ),
+    ];
+    for attempt in 0..5 {
+        pair.reset();
+        let all = steps.iter().try_for_each(|(what, op, first)| {
+            let reply = pair.compare(op.clone(), what)?;
+            assert_eq!(first_number(&reply), *first, "{what}: {reply:?}");
+            Ok::<(), Stalled>(())
+        });
+        if all.is_ok() {
+            return;
+        }
+        println!("attempt {attempt} stalled; again");
+    }
+    panic!("every attempt was stalled by the machine");
+}
+
+/// The first number of a reply: the whole reply, or its first item.
+fn first_number(reply: &Value) -> i64 {
+    match reply {
+        Value::Int(n) => *n,
+        Value::Array(items) => match items.first() {
+            Some(Value::Int(n)) => *n,
+            _ => panic!("{reply:?}"),
+        },
+        _ => panic!("{reply:?}"),
+    }
 }
 
 /// The fenced write ([`redis::FENCED_WRITE`]) against the reference store: random tokens

@@ -1352,16 +1352,19 @@ fn permit(op: u64, name: &str, permits: u32, wait: Wait) -> Command {
     }
 }
 
-fn release(bed: &mut Bed, c: usize, op: u64, hold: HoldId) {
+/// Releases one level of `hold`; returns the levels left.
+fn release(bed: &mut Bed, c: usize, op: u64, hold: HoldId) -> u32 {
     bed.cmd(c, Command::Release { op: OpId(op), hold });
-    assert_eq!(
-        bed.take(c),
-        [Event::Released {
-            op: OpId(op),
-            hold,
-            count: 0
-        }]
-    );
+    match bed.take(c).as_slice() {
+        [
+            Event::Released {
+                op: o,
+                hold: h,
+                count,
+            },
+        ] if *o == OpId(op) && *h == hold => *count,
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -1484,6 +1487,148 @@ fn bad_semaphores_are_refused_before_anything_is_sent() {
         engine.handle_input(
             Instant::from_nanos(1),
             Input::Command(permit(1, "pool", 2, Wait::No)),
+        );
+        match engine.poll_output() {
+            Some(Output::Event(Event::Failed {
+                op: OpId(1),
+                error: Error::InvalidArgument(_),
+            })) => {}
+            other => panic!("{protocol:?}: {other:?}"),
+        }
+        assert_eq!(engine.poll_output(), None, "nothing sent");
+    }
+}
+
+fn rw(op: u64, name: &str, owner: u64, write: bool, wait: Wait) -> Command {
+    match acquire(op, name, owner, 10 * SEC, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            kind: if write { Kind::Write } else { Kind::Read },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
+}
+
+/// The acquire `op` was busy (renewals of other holds aside).
+fn busy(events: &[Event], op: u64) {
+    let events: Vec<&Event> = events
+        .iter()
+        .filter(|e| !matches!(e, Event::Renewed { .. }))
+        .collect();
+    assert_eq!(
+        events,
+        [&Event::NotAcquired {
+            op: OpId(op),
+            reason: NotAcquired::Busy
+        }]
+    );
+}
+
+#[test]
+fn readers_share_a_writer_waits_for_them_and_later_readers_wait_for_the_writer() {
+    let mut bed = Bed::new(3);
+    bed.cmd(0, rw(1, "doc", 1, false, Wait::No));
+    let (r0, t0, _) = acquired(&bed.take(0));
+    bed.cmd(1, rw(1, "doc", 1, false, Wait::No));
+    let (r1, t1, _) = acquired(&bed.take(1));
+    assert!(t1 > t0, "every hold a token of its own");
+    // A reader reenters its hold.
+    bed.cmd(0, rw(2, "doc", 1, false, Wait::No));
+    assert_eq!(acquired(&bed.take(0)), (r0, t0, 2));
+    bed.cmd(2, rw(1, "doc", 1, true, Wait::No));
+    busy(&bed.take(2), 1);
+    bed.cmd(2, rw(2, "doc", 1, true, Wait::Forever));
+    assert!(bed.take(2).is_empty());
+    // Writer preference: a new reader does not pass the waiting writer.
+    bed.cmd(1, rw(2, "doc", 2, false, Wait::No));
+    busy(&bed.take(1), 2);
+    for op in [3, 4] {
+        release(&mut bed, 0, op, r0);
+    }
+    assert!(bed.take(2).is_empty(), "one reader is left");
+    bed.take_sent(2);
+    release(&mut bed, 1, 3, r1);
+    // The last reader's release handed the lock to the writer by the wake-up alone.
+    let (w, tw, _) = acquired(&bed.take(2));
+    assert!(tw > t1);
+    assert!(bed.take_sent(2).iter().all(|op| matches!(
+        op,
+        RedisOp::Eval {
+            script: redis::Script::Extend,
+            ..
+        }
+    )));
+    bed.cmd(0, rw(5, "doc", 1, false, Wait::No));
+    busy(&bed.take(0), 5);
+    // The lock of the same name is another thing.
+    bed.acquire(0, 6, "doc", Wait::No);
+    acquired(&bed.take(0));
+    bed.cmd(0, rw(7, "doc", 1, false, Wait::Forever));
+    bed.cmd(1, rw(4, "doc", 2, false, Wait::Forever));
+    release(&mut bed, 2, 3, w);
+    // The writer's release hands the lock to every reader first in line.
+    acquired(&bed.take(0));
+    acquired(&bed.take(1));
+}
+
+#[test]
+fn a_writer_downgrades_by_reading_then_releasing_the_write_hold() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, rw(1, "doc", 7, true, Wait::No));
+    let (w, tw, _) = acquired(&bed.take(0));
+    bed.cmd(0, rw(2, "doc", 7, true, Wait::No));
+    assert_eq!(acquired(&bed.take(0)), (w, tw, 2), "a writer reenters");
+    // Another owner of the same client is just another reader: it waits.
+    bed.cmd(0, rw(3, "doc", 8, false, Wait::No));
+    busy(&bed.take(0), 3);
+    bed.cmd(1, rw(1, "doc", 1, false, Wait::Forever));
+    // The writer's owner reads beside its write hold, past the queued reader.
+    bed.cmd(0, rw(4, "doc", 7, false, Wait::No));
+    let (r, tr, _) = acquired(&bed.take(0));
+    assert!(tr > tw);
+    for op in [5, 6] {
+        release(&mut bed, 0, op, w);
+    }
+    // Downgraded: the read hold stays, and the waiting reader joins it.
+    acquired(&bed.take(1));
+    assert!(bed.engines[0].hold(r).is_some());
+    bed.cmd(1, rw(2, "doc", 2, true, Wait::No));
+    busy(&bed.take(1), 2);
+}
+
+#[test]
+fn a_read_hold_is_never_upgraded_and_bad_rw_acquires_are_refused() {
+    let mut bed = Bed::new(1);
+    bed.cmd(0, rw(1, "doc", 1, false, Wait::No));
+    acquired(&bed.take(0));
+    bed.take_sent(0);
+    let non_fair = match rw(3, "doc", 2, true, Wait::No) {
+        Command::Acquire(a) => Command::Acquire(Acquire { fair: false, ..a }),
+        _ => unreachable!(),
+    };
+    for cmd in [rw(2, "doc", 1, true, Wait::Forever), non_fair] {
+        bed.cmd(0, cmd);
+        assert!(
+            matches!(
+                bed.take(0).as_slice(),
+                [Event::Failed {
+                    error: Error::InvalidArgument(_),
+                    ..
+                }]
+            ),
+            "refused"
+        );
+    }
+    assert!(bed.take_sent(0).is_empty(), "nothing sent");
+    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
+    for protocol in [zk, dlock_core::Protocol::Redlock { nodes: 3 }] {
+        let mut config = Config::new(ClientId(9));
+        config.protocol = protocol.clone();
+        let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();
+        while engine.poll_output().is_some() {}
+        engine.handle_input(
+            Instant::from_nanos(1),
+            Input::Command(rw(1, "doc", 1, true, Wait::No)),
         );
         match engine.poll_output() {
             Some(Output::Event(Event::Failed {

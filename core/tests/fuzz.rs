@@ -235,10 +235,12 @@ fn fuzz_engine_inputs() {
                             },
                             max_hold: rng.chance(200).then(|| duration(&mut rng)),
                             fair: rng.below(3) != 0,
-                            kind: match rng.below(6) {
+                            kind: match rng.below(8) {
                                 0 => Kind::Semaphore {
                                     permits: rng.below(4) as u32,
                                 },
+                                1 => Kind::Read,
+                                2 => Kind::Write,
                                 _ => Kind::Mutex,
                             },
                         }),

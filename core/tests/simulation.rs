@@ -31,7 +31,12 @@
 //!    never more permits held with validity left than the semaphore has — nor, counting
 //!    permits whose holder lapsed less than its lock-delay ago, when a new permit starts —
 //!    and no fencing token given to two permits of one semaphore;
-//! 7. no panic.
+//! 7. read-write locks (one Redis; `doc`, and `orders/42` apart from the lock): never a
+//!    writer beside another writer or a reader with validity left — except the writer's own
+//!    owner's read hold (downgrade) — nor, when a hold starts, beside a holder of another
+//!    owner that lapsed less than its lock-delay ago; every hold a new fencing token, a
+//!    writer's larger than every earlier hold's and a reader's than the latest writer's;
+//! 8. no panic.
 //!
 //! `DLOCK_SIM_SEEDS=N` sets the number of seeds, `DLOCK_SIM_SEED=S` replays one seed, and
 //! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
@@ -57,6 +62,8 @@ const SERVER_EPOCH_MS: u64 = 1_764_000_000_000;
 const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
 /// Semaphores and their permits (a semaphore and a lock of one name are apart).
 const SEMAPHORES: [(&str, u32); 2] = [("pool", 2), ("a{b}c", 3)];
+/// Read-write locks (apart from the lock of one name, too).
+const RW_LOCKS: [&str; 2] = ["doc", "orders/42"];
 const STEPS_PER_SEED: u64 = 5_000;
 const DRAIN_LIMIT: u64 = 120_000 * MS;
 
@@ -139,8 +146,26 @@ struct Belief {
     valid_until: Instant,
     /// True time at which the application intends to drop one count.
     release_at: u64,
-    /// A permit of the semaphore `locks[0]` (which has this many), not a lock.
-    permits: Option<u32>,
+    what: What,
+}
+
+/// What a belief is a hold of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum What {
+    /// Locks: one, or a multi-lock's.
+    Locks,
+    /// A permit of the semaphore `locks[0]`, which has this many.
+    Permit(u32),
+    /// A read hold of the read-write lock `locks[0]` by this owner.
+    Read(u64),
+    /// Its write hold by this owner.
+    Write(u64),
+}
+
+impl What {
+    fn rw(self) -> bool {
+        matches!(self, What::Read(_) | What::Write(_))
+    }
 }
 
 #[derive(Debug)]
@@ -156,6 +181,10 @@ enum OpKind {
     AcquirePermit {
         name: String,
         permits: u32,
+    },
+    AcquireRw {
+        name: String,
+        what: What,
     },
     Release {
         hold: HoldId,
@@ -216,6 +245,12 @@ struct World {
     permit_lapses: BTreeMap<String, Vec<u64>>,
     /// Per semaphore: every fencing token its permits got.
     permit_tokens: BTreeMap<String, std::collections::BTreeSet<u64>>,
+    /// Per read-write lock: the holds that lapsed, each until its lock-delay ends, with the
+    /// client that held it.
+    rw_lapses: BTreeMap<String, Vec<(u64, usize, What)>>,
+    /// Per read-write lock: the largest fencing token of a hold so far, that of the latest
+    /// write hold, and every token given.
+    rw_tokens: BTreeMap<String, (u64, u64, std::collections::BTreeSet<u64>)>,
     draining: bool,
     trace: Option<VecDeque<String>>,
     stats: Stats,
@@ -243,6 +278,8 @@ struct Stats {
     multi: u64,
     /// Semaphore permits acquired (counted in `acquired` too).
     permits: u64,
+    /// Read and write holds acquired (counted in `acquired` too).
+    rw: u64,
     lost: u64,
     pauses: u64,
     crashes: u64,
@@ -291,6 +328,8 @@ impl World {
             lapses: BTreeMap::new(),
             permit_lapses: BTreeMap::new(),
             permit_tokens: BTreeMap::new(),
+            rw_lapses: BTreeMap::new(),
+            rw_tokens: BTreeMap::new(),
             draining: false,
             trace: trace.then(VecDeque::new),
             stats: Stats::default(),
@@ -684,14 +723,84 @@ impl World {
                         count: 1,
                         valid_until,
                         release_at,
-                        permits: Some(permits),
+                        what: What::Permit(permits),
                     };
                     self.clients[c].beliefs.insert(hold, belief);
                 }
                 (
+                    OpKind::AcquireRw { name, what },
+                    Event::Acquired {
+                        hold,
+                        fencing_token,
+                        valid_until,
+                        count,
+                        ..
+                    },
+                ) => {
+                    self.stats.acquired += 1;
+                    let (name, what, hold) = (name.clone(), *what, *hold);
+                    let (token, valid_until, count) = (*fencing_token, *valid_until, *count);
+                    if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
+                        if b.locks != [(name.clone(), token)]
+                            || b.what != what
+                            || count != b.count + 1
+                        {
+                            let msg = format!(
+                                "client {c}: reentry of {what:?} {name} changed {:?} -> {token} or count {} -> {count}",
+                                b.locks, b.count
+                            );
+                            self.fail(msg);
+                        }
+                        b.count = count;
+                        b.valid_until = b.valid_until.max(valid_until);
+                    } else {
+                        self.stats.rw += 1;
+                        if count != 1 {
+                            self.fail(format!(
+                                "client {c}: new {what:?} of {name} has count {count}"
+                            ));
+                        }
+                        // Readers handed the lock at once learn of it in any order: a token is
+                        // new, a writer's larger than every earlier hold's, a reader's larger
+                        // than the latest writer's.
+                        let (largest, write, seen) =
+                            self.rw_tokens.entry(name.clone()).or_default();
+                        let floor = match what {
+                            What::Write(_) => *largest,
+                            _ => *write,
+                        };
+                        let (floor, fresh) = (floor, seen.insert(token));
+                        *largest = (*largest).max(token);
+                        if matches!(what, What::Write(_)) {
+                            *write = token;
+                        }
+                        if token <= floor || !fresh {
+                            self.fail(format!(
+                                "client {c}: new {what:?} of {name} got token {token} after {floor} (or again)"
+                            ));
+                        }
+                        self.check_rw(c, &name, what);
+                        let release_at = self.now
+                            + if self.draining {
+                                0
+                            } else {
+                                self.rng.range(0, 1500) * MS
+                            };
+                        let belief = Belief {
+                            locks: vec![(name, token)],
+                            count: 1,
+                            valid_until,
+                            release_at,
+                            what,
+                        };
+                        self.clients[c].beliefs.insert(hold, belief);
+                    }
+                }
+                (
                     OpKind::Acquire { .. }
                     | OpKind::AcquireMulti { .. }
-                    | OpKind::AcquirePermit { .. },
+                    | OpKind::AcquirePermit { .. }
+                    | OpKind::AcquireRw { .. },
                     Event::NotAcquired { .. } | Event::Failed { .. },
                 )
                 | (OpKind::Release { .. }, Event::Released { .. } | Event::Failed { .. })
@@ -750,10 +859,18 @@ impl World {
         }
         let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
         let until = client.global(b.valid_until) + delay;
-        if b.permits.is_some() {
-            let name = b.locks[0].0.clone();
-            self.permit_lapses.entry(name).or_default().push(until);
-            return;
+        let name = b.locks[0].0.clone();
+        match b.what {
+            What::Permit(_) => {
+                self.permit_lapses.entry(name).or_default().push(until);
+                return;
+            }
+            What::Read(_) | What::Write(_) => {
+                let entry = (until, c, b.what);
+                self.rw_lapses.entry(name).or_default().push(entry);
+                return;
+            }
+            What::Locks => {}
         }
         for (name, _) in &b.locks {
             let entry = self.lapses.entry(name.clone()).or_insert(0);
@@ -785,7 +902,7 @@ impl World {
             count: 1,
             valid_until,
             release_at,
-            permits: None,
+            what: What::Locks,
         };
         self.clients[c].beliefs.insert(hold, belief);
     }
@@ -806,7 +923,7 @@ impl World {
             if i == c || client.lock_delay.is_zero() {
                 continue;
             }
-            for (hold, b) in client.beliefs.iter().filter(|(_, b)| b.permits.is_none()) {
+            for (hold, b) in client.beliefs.iter().filter(|(_, b)| b.what == What::Locks) {
                 let releasing = client
                     .ops
                     .values()
@@ -845,7 +962,7 @@ impl World {
                     .values()
                     .any(|k| matches!(k, OpKind::Release { hold: h } if h == hold));
                 let until = client.global(b.valid_until);
-                if b.permits.is_some()
+                if matches!(b.what, What::Permit(_))
                     && b.locks[0].0 == name
                     && (until > self.now || (!releasing && self.now < until + delay))
                 {
@@ -866,9 +983,80 @@ impl World {
         }
     }
 
+    /// Whether a hold `new` of client `c` may be beside a hold `other` of client `i`: readers
+    /// beside readers, and a writer's own owner's read beside its write hold.
+    fn rw_compatible(c: usize, new: What, i: usize, other: What) -> bool {
+        match (new, other) {
+            (What::Read(_), What::Read(_)) => true,
+            (What::Read(o), What::Write(w)) | (What::Write(w), What::Read(o)) => i == c && o == w,
+            _ => false,
+        }
+    }
+
+    /// Check 7, as client `c` starts hold `what` of read-write lock `name`: no hold it may
+    /// not be beside has validity left, nor lapsed (or holds on, paused) less than its
+    /// lock-delay ago.
+    fn check_rw(&self, c: usize, name: &str, what: What) {
+        for (i, client) in self.clients.iter().enumerate() {
+            if client.engine.is_none() {
+                continue;
+            }
+            let delay = u64::try_from(client.lock_delay.as_nanos()).expect("small");
+            for (hold, b) in &client.beliefs {
+                if !b.what.rw() || b.locks[0].0 != name || Self::rw_compatible(c, what, i, b.what) {
+                    continue;
+                }
+                let releasing = client
+                    .ops
+                    .values()
+                    .any(|k| matches!(k, OpKind::Release { hold: h } if h == hold));
+                let until = client.global(b.valid_until);
+                if until > self.now || (!releasing && self.now < until + delay) {
+                    self.fail(format!(
+                        "client {c} took {what:?} of {name} beside client {i}'s {:?} (token {}), valid until {:.6}s",
+                        b.what,
+                        b.locks[0].1,
+                        until as f64 / 1e9
+                    ));
+                }
+            }
+        }
+        for &(until, i, other) in self.rw_lapses.get(name).into_iter().flatten() {
+            if until > self.now && !Self::rw_compatible(c, what, i, other) {
+                self.fail(format!(
+                    "client {c} took {what:?} of {name} {:.6}s before client {i}'s lapsed {other:?} ended its lock-delay",
+                    (until - self.now) as f64 / 1e9
+                ));
+            }
+        }
+    }
+
     /// Check 1: at most one holder per lock whose validity has not run out in true time;
-    /// check 6: at most as many permits of a semaphore.
+    /// check 6: at most as many permits of a semaphore; check 7: no writer beside another
+    /// holder of a read-write lock but its own owner's reader.
     fn check_exclusion(&self) {
+        for name in RW_LOCKS {
+            let holds: Vec<(usize, What, u64)> = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, cl)| cl.engine.is_some())
+                .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, cl, b)))
+                .filter(|(_, cl, b)| {
+                    b.what.rw() && b.locks[0].0 == name && cl.global(b.valid_until) > self.now
+                })
+                .map(|(i, _, b)| (i, b.what, b.locks[0].1))
+                .collect();
+            for (x, &(i, a, ta)) in holds.iter().enumerate() {
+                for &(j, b, tb) in &holds[x + 1..] {
+                    if !Self::rw_compatible(i, a, j, b) {
+                        self.fail(format!(
+                            "{name}: client {i}'s {a:?} (token {ta}) beside client {j}'s {b:?} (token {tb})"
+                        ));
+                    }
+                }
+            }
+        }
         for (name, permits) in SEMAPHORES {
             let held = self
                 .clients
@@ -876,7 +1064,7 @@ impl World {
                 .filter(|cl| cl.engine.is_some())
                 .flat_map(|cl| cl.beliefs.values().map(move |b| (cl, b)))
                 .filter(|(cl, b)| {
-                    b.permits.is_some()
+                    matches!(b.what, What::Permit(_))
                         && b.locks[0].0 == name
                         && cl.global(b.valid_until) > self.now
                 })
@@ -894,7 +1082,7 @@ impl World {
                 .enumerate()
                 .filter(|(_, cl)| cl.engine.is_some())
                 .flat_map(|(i, cl)| cl.beliefs.values().map(move |b| (i, b)))
-                .filter(|(_, b)| b.permits.is_none())
+                .filter(|(_, b)| b.what == What::Locks)
                 .filter_map(|(i, b)| {
                     let (_, token) = b.locks.iter().find(|(n, _)| n == name)?;
                     (self.clients[i].global(b.valid_until) > self.now).then_some((i, *token, b))
@@ -1016,6 +1204,7 @@ impl World {
                         OpKind::Acquire { .. }
                             | OpKind::AcquireMulti { .. }
                             | OpKind::AcquirePermit { .. }
+                            | OpKind::AcquireRw { .. }
                     )
                 })
                 .map(|(op, _)| *op)
@@ -1041,6 +1230,48 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
+            if (40..50).contains(&roll) && self.zk.is_none() && self.redlock.is_none() {
+                // A read or write hold of a read-write lock (one Redis), never an upgrade: an
+                // owner that holds or waits for a read hold does not ask to write.
+                let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
+                let owner = self.rng.range(1, 2);
+                let write = self.rng.chance(400);
+                let what = if write {
+                    What::Write(owner)
+                } else {
+                    What::Read(owner)
+                };
+                let client = &self.clients[c];
+                let reads = client
+                    .beliefs
+                    .values()
+                    .any(|b| b.what == What::Read(owner) && b.locks[0].0 == name)
+                    || client.ops.values().any(|k| {
+                        matches!(k, OpKind::AcquireRw { name: n, what: What::Read(o) } if *n == name && *o == owner)
+                    });
+                let waiting = client.ops.values().any(
+                    |k| matches!(k, OpKind::AcquireRw { name: n, what: w } if *n == name && *w == what),
+                );
+                if waiting || (write && reads) {
+                    return;
+                }
+                let kind = OpKind::AcquireRw {
+                    name: name.clone(),
+                    what,
+                };
+                return self.command(c, kind, |op| {
+                    Command::Acquire(Acquire {
+                        op,
+                        name,
+                        owner,
+                        lease,
+                        wait,
+                        max_hold,
+                        fair: true,
+                        kind: if write { Kind::Write } else { Kind::Read },
+                    })
+                });
+            }
             if (50..60).contains(&roll) && self.redlock.is_none() {
                 // A permit of a semaphore (Redis and ZooKeeper).
                 let (name, permits) = *self.rng.pick(&SEMAPHORES);
@@ -1567,6 +1798,7 @@ fn simulation() {
         total.acquired += s.acquired;
         total.multi += s.multi;
         total.permits += s.permits;
+        total.rw += s.rw;
         total.lost += s.lost;
         total.pauses += s.pauses;
         total.crashes += s.crashes;
@@ -1577,7 +1809,7 @@ fn simulation() {
         total.breaks += s.breaks;
     }
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
@@ -1587,6 +1819,7 @@ fn simulation() {
         total.acquired,
         total.multi,
         total.permits,
+        total.rw,
         total.lost,
         total.pauses,
         total.crashes,
@@ -1604,6 +1837,7 @@ fn simulation() {
             total.acquired > 10_000
                 && total.multi > 1_000
                 && total.permits > 1_000
+                && total.rw > 1_000
                 && total.lost > 100,
             "the simulation exercised too little: {total:?}"
         );

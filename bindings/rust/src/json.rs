@@ -303,14 +303,19 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
                 fair.is_absent() || fair.bool()?
             },
             kind: {
-                let permits = f.get("permits");
-                if permits.is_absent() {
-                    Kind::Mutex
-                } else {
-                    let n = permits.u64()?;
-                    Kind::Semaphore {
-                        permits: u32::try_from(n).or_else(|_| permits.fail("expected a u32"))?,
-                    }
+                let (permits, rw) = (f.get("permits"), f.get("rw"));
+                match (permits.is_absent(), rw.is_absent()) {
+                    (true, true) => Kind::Mutex,
+                    (false, true) => Kind::Semaphore {
+                        permits: u32::try_from(permits.u64()?)
+                            .or_else(|_| permits.fail("expected a u32"))?,
+                    },
+                    (true, false) => match rw.str()? {
+                        "read" => Kind::Read,
+                        "write" => Kind::Write,
+                        _ => rw.fail("expected \"read\" or \"write\"")?,
+                    },
+                    (false, false) => rw.fail("a semaphore's acquire takes no rw")?,
                 }
             },
         })),
@@ -463,9 +468,13 @@ pub fn input_to_json(input: &Input) -> Json {
             if !a.fair {
                 json["fair"] = json!(false);
             }
-            // A lock is the default; a semaphore's acquire gives its number of permits.
-            if let Kind::Semaphore { permits } = a.kind {
-                json["permits"] = json!(permits);
+            // A lock is the default; a semaphore's acquire gives its number of permits, a
+            // read-write lock's its mode.
+            match a.kind {
+                Kind::Mutex => {}
+                Kind::Semaphore { permits } => json["permits"] = json!(permits),
+                Kind::Read => json["rw"] = json!("read"),
+                Kind::Write => json["rw"] = json!("write"),
             }
             json
         }
@@ -739,6 +748,18 @@ mod tests {
             fair: false,
             kind: Kind::Semaphore { permits: 3 },
         })));
+        for kind in [Kind::Read, Kind::Write] {
+            roundtrip(Input::Command(Command::Acquire(Acquire {
+                op: OpId(3),
+                name: "doc".into(),
+                owner: 1,
+                lease: Duration::from_secs(1),
+                wait: Wait::No,
+                max_hold: None,
+                fair: true,
+                kind,
+            })));
+        }
         roundtrip(Input::Command(Command::AcquireMulti(AcquireMulti {
             op: OpId(2),
             names: vec!["b".into(), "a".into()],

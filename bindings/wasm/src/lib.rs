@@ -32,8 +32,8 @@ use bindings::exports::dlock::lock::transport::{
     TransportError, ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
-    Acquired, AcquiredMulti, Command, Error, Event, Extend, Extended, Failed, Lost, LostReason,
-    Member, NotAcquired, Release, Released, Renewed, Wait,
+    Acquired, AcquiredMulti, Command, Error, Event, Extend, Extended, Failed, Kind, Lost,
+    LostReason, Member, NotAcquired, Release, Released, Renewed, Wait,
 };
 
 struct Component;
@@ -151,9 +151,11 @@ fn command(c: Command) -> core_::Command {
             wait: wait(a.wait),
             max_hold: a.max_hold.map(Duration::from_nanos),
             fair: a.fair,
-            kind: match a.permits {
-                None => core_::Kind::Mutex,
-                Some(permits) => core_::Kind::Semaphore { permits },
+            kind: match a.kind {
+                Kind::Mutex => core_::Kind::Mutex,
+                Kind::Semaphore(permits) => core_::Kind::Semaphore { permits },
+                Kind::Read => core_::Kind::Read,
+                Kind::Write => core_::Kind::Write,
             },
         }),
         Command::AcquireMulti(m) => core_::Command::AcquireMulti(core_::AcquireMulti {
@@ -219,6 +221,9 @@ fn core_script(s: Script) -> CoreScript {
         Script::PermitAcquire => CoreScript::PermitAcquire,
         Script::PermitRelease => CoreScript::PermitRelease,
         Script::PermitDequeue => CoreScript::PermitDequeue,
+        Script::RwAcquire => CoreScript::RwAcquire,
+        Script::RwRelease => CoreScript::RwRelease,
+        Script::RwDequeue => CoreScript::RwDequeue,
     }
 }
 
@@ -253,6 +258,9 @@ fn redis_op(op: RedisOp) -> WitOp {
                 CoreScript::PermitAcquire => Script::PermitAcquire,
                 CoreScript::PermitRelease => Script::PermitRelease,
                 CoreScript::PermitDequeue => Script::PermitDequeue,
+                CoreScript::RwAcquire => Script::RwAcquire,
+                CoreScript::RwRelease => Script::RwRelease,
+                CoreScript::RwDequeue => Script::RwDequeue,
             },
             keys,
             args,

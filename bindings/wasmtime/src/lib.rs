@@ -35,8 +35,8 @@ use bindings::exports::dlock::lock::transport::{
     ZkOp, ZkReply,
 };
 use bindings::exports::dlock::lock::types::{
-    Acquire, AcquireMulti, Command, Error as WitError, Event, Extend, LostReason, NotAcquired,
-    Release, Wait,
+    Acquire, AcquireMulti, Command, Error as WitError, Event, Extend, Kind, LostReason,
+    NotAcquired, Release, Wait,
 };
 
 /// Instructions one call may run (a call normally needs a few thousand).
@@ -247,9 +247,11 @@ fn to_wit(input: dlock_core::Input) -> Input {
                 wait: wait(a.wait),
                 max_hold: a.max_hold.map(nanos),
                 fair: a.fair,
-                permits: match a.kind {
-                    dlock_core::Kind::Mutex => None,
-                    dlock_core::Kind::Semaphore { permits } => Some(permits),
+                kind: match a.kind {
+                    dlock_core::Kind::Mutex => Kind::Mutex,
+                    dlock_core::Kind::Semaphore { permits } => Kind::Semaphore(permits),
+                    dlock_core::Kind::Read => Kind::Read,
+                    dlock_core::Kind::Write => Kind::Write,
                 },
             }),
             dlock_core::Command::AcquireMulti(m) => Command::AcquireMulti(AcquireMulti {
@@ -345,6 +347,9 @@ fn redis_op(op: WitOp) -> RedisOp {
                 Script::PermitAcquire => CoreScript::PermitAcquire,
                 Script::PermitRelease => CoreScript::PermitRelease,
                 Script::PermitDequeue => CoreScript::PermitDequeue,
+                Script::RwAcquire => CoreScript::RwAcquire,
+                Script::RwRelease => CoreScript::RwRelease,
+                Script::RwDequeue => CoreScript::RwDequeue,
             },
             keys: e.keys,
             args: e.args,

@@ -107,10 +107,12 @@ fn native_and_wasm_engines_give_identical_outputs() {
                 ][rng.below(3) as usize],
                 max_hold: None,
                 fair: rng.below(3) != 0,
-                kind: match rng.below(6) {
+                kind: match rng.below(8) {
                     0 => Kind::Semaphore {
                         permits: rng.below(4) as u32,
                     },
+                    1 => Kind::Read,
+                    2 => Kind::Write,
                     _ => Kind::Mutex,
                 },
             }),

@@ -876,7 +876,47 @@ fn redis_only() -> Vec<Json> {
         .command(try_lock(4, "pool"));
     out.push(b.finish());
 
+    let mut b = Bed::redis(
+        "redis-rw-lock",
+        "Read and write holds (RW-ACQUIRE with 'read' or 'write'): a ghost reads; the subject's write queues; the ghost's release hands the write hold over. The subject's owner then reads beside its own write hold (the write hold's token rides along: downgrade) and releases the write, still reading; a reader reenters its hold.",
+    );
+    b.ghost(1, rw(1, "doc", 1, false, Wait::No))
+        .command(rw(1, "doc", 1, true, Wait::Forever))
+        .ghost(1, release(2, HoldId(1)));
+    let w = b.hold(1);
+    b.command(rw(2, "doc", 1, false, Wait::No));
+    let r = b.hold(2);
+    b.command(release(3, w))
+        .command(rw(4, "doc", 1, false, Wait::No))
+        .command(release(5, r))
+        .command(release(6, r));
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-rw-lock-refused",
+        "An owner that holds a read hold may not ask to write (no upgrade), a read-write lock is never non-fair, and a writer waits while readers hold: all refused or busy with nothing sent but the try.",
+    );
+    let non_fair = match rw(3, "doc", 2, true, Wait::No) {
+        Command::Acquire(a) => Command::Acquire(Acquire { fair: false, ..a }),
+        _ => unreachable!(),
+    };
+    b.command(rw(1, "doc", 1, false, Wait::No))
+        .command(rw(2, "doc", 1, true, Wait::No))
+        .command(non_fair)
+        .command(rw(4, "doc", 2, true, Wait::No));
+    out.push(b.finish());
+
     out
+}
+
+fn rw(op: u64, name: &str, owner: u64, write: bool, wait: Wait) -> Command {
+    match acquire(op, name, owner, 10_000, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            kind: if write { Kind::Write } else { Kind::Read },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
 }
 
 fn permit(op: u64, name: &str, permits: u32, wait: Wait) -> Command {

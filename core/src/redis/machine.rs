@@ -9,14 +9,15 @@ use crate::base::{
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
-    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, SemaphoreKeys, Value, Wake,
+    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwKeys, SemaphoreKeys,
+    Value, Wake,
 };
-use crate::tenures::{self, Held, Tenures};
+use crate::tenures::{self, Held, Target, Tenures};
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, ClientId, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Reply,
-    RequestId, Response, Wait,
+    Acquire, ClientId, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive,
+    Reply, RequestId, Response, Wait,
 };
 
 type Tenure = tenures::Tenure<Pending>;
@@ -210,7 +211,9 @@ impl Machine {
                     self.send_acquire(seq);
                 }
             }
-            Ok(AcquireReply::OtherPermits { permits }) if t.semaphore.is_some() => {
+            Ok(AcquireReply::OtherPermits { permits })
+                if matches!(t.target, Target::Permit { .. }) =>
+            {
                 let error = Error::InvalidArgument(format!(
                     "semaphore {:?} is in use with {permits} permits",
                     t.name
@@ -710,14 +713,27 @@ impl Commands for Machine {
         check_name(&a.name)?;
         let lease = check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(a.kind, None)?;
+        check_kind(
+            a.kind,
+            "Redis",
+            &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
+        )?;
+        if a.kind == Kind::Write && self.tenures.slot(Kind::Read, &a.name, a.owner).is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "owner {} holds or waits for a read hold of {:?}: release it before writing \
+                 (a read hold is never upgraded; it would wait for itself)",
+                a.owner, a.name
+            )));
+        }
+        if !a.fair && matches!(a.kind, Kind::Read | Kind::Write) {
+            return Err(Error::InvalidArgument(
+                "read-write locks are always fair (readers and writers are served in order)".into(),
+            ));
+        }
 
-        // A lock's owner reenters its tenure; every permit is a tenure of its own.
-        if let Some(seq) = self
-            .tenures
-            .slot(&a.name, a.owner)
-            .filter(|_| a.kind == Kind::Mutex)
-        {
+        // A lock's or read-write hold's owner reenters its tenure; every permit is a tenure
+        // of its own.
+        if let Some(seq) = self.tenures.slot(a.kind, &a.name, a.owner) {
             let t = self
                 .tenures
                 .get_mut(seq)
@@ -760,18 +776,39 @@ impl Commands for Machine {
             Mode::Wait
         };
         let token = redis::owner_token(self.client_id, seq);
-        let (keys, semaphore) = match a.kind {
-            Kind::Mutex => (LockKeys::new(&a.name), None),
+        let (keys, target) = match a.kind {
+            Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
             Kind::Semaphore { permits } => {
                 let keys = SemaphoreKeys::new(&a.name);
-                (keys.lock_keys(&token), Some((keys, permits)))
+                (keys.lock_keys(&token), Target::Permit { keys, permits })
+            }
+            Kind::Read | Kind::Write => {
+                let keys = RwKeys::new(&a.name);
+                let write = a.kind == Kind::Write;
+                // A read beside the same owner's write hold: downgrade.
+                let downgrade = if write {
+                    None
+                } else {
+                    self.tenures
+                        .slot(Kind::Write, &a.name, a.owner)
+                        .filter(|seq| self.tenures.held(*seq).is_some())
+                        .and_then(|seq| self.tenures.get(seq))
+                        .map(|t| t.token.clone())
+                };
+                let lock_keys = keys.lock_keys(&token, write);
+                let target = Target::Rw {
+                    keys,
+                    write,
+                    downgrade,
+                };
+                (lock_keys, target)
             }
         };
         self.tenures.insert(
             seq,
             Tenure {
                 keys,
-                semaphore,
+                target,
                 name: a.name,
                 owner: a.owner,
                 token,

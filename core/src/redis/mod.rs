@@ -18,6 +18,8 @@ pub const PROTOCOL_VERSION: u32 = 1;
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 /// Helpers of the permit scripts, after [`PRELUDE`].
 const PERMITS: &str = include_str!("lua/permits.lua");
+/// Helpers of the read-write lock scripts, after [`PRELUDE`].
+const RW: &str = include_str!("lua/rw.lua");
 
 /// The protocol's scripts. Run with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -34,10 +36,14 @@ pub enum Script {
     PermitAcquire,
     PermitRelease,
     PermitDequeue,
+    /// Read-write locks: ACQUIRE, RELEASE and DEQUEUE of a read or write hold.
+    RwAcquire,
+    RwRelease,
+    RwDequeue,
 }
 
 impl Script {
-    pub const ALL: [Script; 9] = [
+    pub const ALL: [Script; 12] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
@@ -47,6 +53,9 @@ impl Script {
         Script::PermitAcquire,
         Script::PermitRelease,
         Script::PermitDequeue,
+        Script::RwAcquire,
+        Script::RwRelease,
+        Script::RwDequeue,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -61,6 +70,9 @@ impl Script {
             Script::PermitAcquire => "permit-acquire",
             Script::PermitRelease => "permit-release",
             Script::PermitDequeue => "permit-dequeue",
+            Script::RwAcquire => "rw-acquire",
+            Script::RwRelease => "rw-release",
+            Script::RwDequeue => "rw-dequeue",
         }
     }
 
@@ -76,6 +88,9 @@ impl Script {
             Script::PermitAcquire => (PERMITS, include_str!("lua/permit_acquire.lua")),
             Script::PermitRelease => (PERMITS, include_str!("lua/permit_release.lua")),
             Script::PermitDequeue => (PERMITS, include_str!("lua/permit_dequeue.lua")),
+            Script::RwAcquire => (RW, include_str!("lua/rw_acquire.lua")),
+            Script::RwRelease => (RW, include_str!("lua/rw_release.lua")),
+            Script::RwDequeue => (RW, include_str!("lua/rw_dequeue.lua")),
         };
         [PRELUDE, helpers, body].concat()
     }
@@ -253,6 +268,71 @@ impl SemaphoreKeys {
     }
 }
 
+/// The keys of one read-write lock (§17), in the order the RW scripts take them after the
+/// tenure's own hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwKeys {
+    /// Counter of tenures (read and write holds alike); its value is the latest fencing token.
+    pub fence: String,
+    /// List of waiting owner tokens, FIFO, readers and writers alike.
+    pub queue: String,
+    /// Sorted set of waiting owner tokens scored by waiter-lease deadline (server ms).
+    pub waiters: String,
+    /// Sorted set of the owner tokens holding a read hold, scored by fencing token.
+    pub readers: String,
+    /// The writer's hash (`owner`, `count`, `fence`), as a lock's.
+    pub writer: String,
+    /// Hash of each waiting owner token's mode: `read` or `write`.
+    pub modes: String,
+}
+
+impl RwKeys {
+    pub fn new(name: &str) -> Self {
+        let tag = escape(name);
+        Self {
+            fence: format!("dlock:{{{tag}}}:rw:fence"),
+            queue: format!("dlock:{{{tag}}}:rw:queue"),
+            waiters: format!("dlock:{{{tag}}}:rw:waiters"),
+            readers: format!("dlock:{{{tag}}}:rw:readers"),
+            writer: format!("dlock:{{{tag}}}:rw:write"),
+            modes: format!("dlock:{{{tag}}}:rw:modes"),
+        }
+    }
+
+    /// The hash of the read hold of `token`: the writer's key with `write` replaced by
+    /// `read:`, then the token.
+    pub fn reader(&self, token: &str) -> String {
+        let stem = self.writer.strip_suffix("write").unwrap_or(&self.writer);
+        format!("{stem}read:{token}")
+    }
+
+    /// The keys of `token`'s hold as the lock scripts see a lock: EXTEND takes `lock`.
+    pub fn lock_keys(&self, token: &str, write: bool) -> LockKeys {
+        LockKeys {
+            lock: if write {
+                self.writer.clone()
+            } else {
+                self.reader(token)
+            },
+            fence: self.fence.clone(),
+            queue: self.queue.clone(),
+            waiters: self.waiters.clone(),
+        }
+    }
+
+    fn all(&self, own: &str) -> Vec<String> {
+        vec![
+            own.to_owned(),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.waiters.clone(),
+            self.readers.clone(),
+            self.writer.clone(),
+            self.modes.clone(),
+        ]
+    }
+}
+
 /// The owner token of one tenure: the client id as 32 lowercase hex digits, `-`, and the
 /// tenure's sequence number in lowercase hex. Unique per tenure, never reused.
 pub fn owner_token(client: ClientId, seq: u64) -> String {
@@ -422,6 +502,68 @@ pub fn permit_dequeue(keys: &SemaphoreKeys, token: &str) -> RedisOp {
         script: Script::PermitDequeue,
         keys: keys.all(token),
         args: vec![token.to_owned()],
+    }
+}
+
+/// A read-write lock's hold: `write`, or a read hold — which, with `downgrade` (the owner
+/// token of the same owner's write hold), is granted beside that writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwHold<'a> {
+    pub keys: &'a RwKeys,
+    pub token: &'a str,
+    pub write: bool,
+    pub downgrade: Option<&'a str>,
+}
+
+impl RwHold<'_> {
+    fn own(&self) -> String {
+        if self.write {
+            self.keys.writer.clone()
+        } else {
+            self.keys.reader(self.token)
+        }
+    }
+}
+
+/// RW-ACQUIRE: a read or write hold at `count` levels, as ACQUIRE takes a lock.
+pub fn rw_acquire(
+    hold: &RwHold<'_>,
+    lease: Duration,
+    count: u32,
+    mode: Mode,
+    waiter_lease: Duration,
+) -> RedisOp {
+    let mut args = vec![
+        hold.token.to_owned(),
+        ms(lease),
+        count.to_string(),
+        mode.arg().to_owned(),
+        ms(waiter_lease),
+        if hold.write { "write" } else { "read" }.to_owned(),
+    ];
+    args.extend(hold.downgrade.map(str::to_owned));
+    RedisOp::Eval {
+        script: Script::RwAcquire,
+        keys: hold.keys.all(&hold.own()),
+        args,
+    }
+}
+
+/// RW-RELEASE down to `count` levels; at 0 the lock goes to the first waiters it can.
+pub fn rw_release(hold: &RwHold<'_>, count: u32) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::RwRelease,
+        keys: hold.keys.all(&hold.own()),
+        args: vec![hold.token.to_owned(), count.to_string()],
+    }
+}
+
+/// RW-DEQUEUE: a waiter for a read or write hold gives up.
+pub fn rw_dequeue(hold: &RwHold<'_>) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::RwDequeue,
+        keys: hold.keys.all(&hold.own()),
+        args: vec![hold.token.to_owned()],
     }
 }
 

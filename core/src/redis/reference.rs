@@ -69,6 +69,9 @@ impl Store {
             Script::PermitAcquire => self.permit_acquire(keys, args),
             Script::PermitRelease => self.permit_release(keys, args),
             Script::PermitDequeue => self.permit_dequeue(keys, args),
+            Script::RwAcquire => self.rw_acquire(keys, args),
+            Script::RwRelease => self.rw_release(keys, args),
+            Script::RwDequeue => self.rw_dequeue(keys, args),
         }?;
         Ok(Outcome {
             reply,
@@ -427,6 +430,176 @@ impl Store {
         self.hand_permits(sem, capacity - held, now)
     }
 
+    fn rw_acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let rw = Rw::new(keys)?;
+        let (token, lease, count, mode, wlease, want) = match args {
+            [t, l, c, m, w, want] | [t, l, c, m, w, want, _] => {
+                (t, int(l)?, int(c)?, m, int(w)?, want)
+            }
+            _ => return Err(format!("ERR expected 6 or 7 arguments, got {}", args.len())),
+        };
+        let mine = args.get(6);
+
+        if let Some(held) = self.rw_ours(&rw, token, count, lease)? {
+            return Ok(held);
+        }
+        if mode == "refresh" && self.zscore(&rw.waiters, token)?.is_none() {
+            return Ok(ints(&[3]));
+        }
+
+        let now = self.now;
+        self.hand_rw(&rw, now)?;
+        if let Some(held) = self.rw_ours(&rw, token, count, lease)? {
+            return Ok(held);
+        }
+
+        let head = self.live_head(&rw.queue, &rw.waiters, now)?;
+        let first = head.as_ref().is_none_or(|(h, _)| h == token);
+        let writing = self.hget(&rw.writer, "owner")?;
+        let take = if want == "write" {
+            first && writing.is_none() && self.live_readers(&rw)?.0 == 0
+        } else {
+            (first && writing.is_none()) || (mine.is_some() && writing.as_ref() == mine)
+        };
+        if take {
+            self.lrem(&rw.queue, token)?;
+            self.zrem(&rw.waiters, token)?;
+            self.hdel(&rw.modes, token)?;
+            if want == "write" {
+                let f = self.grant(&rw.writer, token, &rw.fence, now, lease)?;
+                return Ok(ints(&[1, f, 1]));
+            }
+            let f = self.grant(&rw.own, token, &rw.fence, now, lease)?;
+            self.zadd(&rw.readers, f as f64, token)?;
+            return Ok(ints(&[1, f, 1]));
+        }
+        let (_, last) = self.live_readers(&rw)?;
+        let pttl = if writing.is_some() {
+            self.pttl(&rw.writer)
+        } else {
+            last
+        };
+        if mode == "try" {
+            return Ok(ints(&[0, pttl]));
+        }
+
+        if self.zscore(&rw.waiters, token)?.is_none() {
+            self.rpush(&rw.queue, token)?;
+        }
+        self.zadd(&rw.waiters, (now as i64 + wlease) as f64, token)?;
+        self.hset(&rw.modes, &[(token.as_str(), want.clone())])?;
+        for key in [&rw.queue, &rw.waiters, &rw.modes] {
+            if self.pttl(key) < wlease {
+                self.pexpire(key, wlease);
+            }
+        }
+        let latest = self
+            .get(&rw.fence)?
+            .map(|f| int(&f))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(ints(&[2, pttl, latest]))
+    }
+
+    fn rw_release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let rw = Rw::new(keys)?;
+        let [token, count] = args_n::<2>(args)?;
+        let count = int(count)?;
+
+        if self.hget(&rw.own, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(ints(&[0]));
+        }
+        if count > 0 {
+            self.hset(&rw.own, &[("count", count.to_string())])?;
+            return Ok(ints(&[1, count]));
+        }
+        self.del(&rw.own);
+        self.zrem(&rw.readers, token)?;
+        let handed = self.hand_rw(&rw, self.now)?;
+        Ok(ints(&[2, handed]))
+    }
+
+    fn rw_dequeue(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let rw = Rw::new(keys)?;
+        let [token] = args_n::<1>(args)?;
+
+        if self.hget(&rw.own, "owner")?.as_deref() == Some(token.as_str()) {
+            self.del(&rw.own);
+            self.zrem(&rw.readers, token)?;
+            self.hand_rw(&rw, self.now)?;
+            return Ok(Value::Int(2));
+        }
+        self.lrem(&rw.queue, token)?;
+        self.hdel(&rw.modes, token)?;
+        Ok(Value::Int(self.zrem(&rw.waiters, token)?))
+    }
+
+    // --- the RW scripts' helpers (lua/rw.lua) ---
+
+    /// The hold of `token` on its own hash, renewed to `count` levels: `ours()`.
+    fn rw_ours(
+        &mut self,
+        rw: &Rw,
+        token: &str,
+        count: i64,
+        lease: i64,
+    ) -> Result<Option<Value>, String> {
+        if self.hget(&rw.own, "owner")?.as_deref() != Some(token) {
+            return Ok(None);
+        }
+        self.hset(&rw.own, &[("count", count.to_string())])?;
+        self.stretch(&rw.own, lease);
+        let fence = int(&self.hget(&rw.own, "fence")?.unwrap_or_default())?;
+        Ok(Some(ints(&[1, fence, count])))
+    }
+
+    fn live_readers(&mut self, rw: &Rw) -> Result<(i64, i64), String> {
+        let (mut held, mut last) = (0, -2);
+        for reader in self.zrange(&rw.readers)? {
+            let pttl = self.pttl(&format!("{}{reader}", rw.prefix));
+            if pttl == -2 {
+                self.zrem(&rw.readers, &reader)?;
+            } else {
+                held += 1;
+                last = last.max(pttl);
+            }
+        }
+        Ok((held, last))
+    }
+
+    fn hand_rw(&mut self, rw: &Rw, now: u64) -> Result<i64, String> {
+        if self.live(&rw.writer).is_some() {
+            return Ok(0);
+        }
+        let (mut held, _) = self.live_readers(rw)?;
+        let mut handed = 0;
+        while let Some((head, _)) = self.live_head(&rw.queue, &rw.waiters, now)? {
+            let want = self.hget(&rw.modes, &head)?;
+            let writes = want.as_deref() == Some("write");
+            if writes && held > 0 {
+                break;
+            }
+            let (_, deadline) = self.pop_head(&rw.queue, &rw.waiters, now)?.expect("live");
+            self.hdel(&rw.modes, &head)?;
+            let ttl = deadline - now as i64;
+            let token = if writes {
+                self.grant(&rw.writer, &head, &rw.fence, now, ttl)?
+            } else {
+                let reader = format!("{}{head}", rw.prefix);
+                let token = self.grant(&reader, &head, &rw.fence, now, ttl)?;
+                self.zadd(&rw.readers, token as f64, &head)?;
+                held += 1;
+                token
+            };
+            self.wake(&head, &token.to_string());
+            handed += 1;
+            if writes {
+                break;
+            }
+        }
+        Ok(handed)
+    }
+
     // --- the prelude's helpers ---
 
     fn live_head(
@@ -656,6 +829,18 @@ impl Store {
         Ok(())
     }
 
+    fn hdel(&mut self, key: &str, field: &str) -> Result<(), String> {
+        match self.live(key).map(|e| &mut e.data) {
+            None => return Ok(()),
+            Some(Data::Hash(h)) => {
+                h.remove(field);
+            }
+            Some(_) => return Err(WRONGTYPE.into()),
+        }
+        self.drop_if_empty(key);
+        Ok(())
+    }
+
     fn lindex0(&mut self, key: &str) -> Result<Option<String>, String> {
         match self.live(key).map(|e| &e.data) {
             None => Ok(None),
@@ -794,6 +979,39 @@ impl Semaphore {
             waiters,
             holders,
             capacity,
+            prefix,
+        })
+    }
+}
+
+/// The seven keys of the RW scripts, and the prefix of the lock's reader hashes (the writer's
+/// key with `write` replaced by `read:`).
+struct Rw {
+    own: String,
+    fence: String,
+    queue: String,
+    waiters: String,
+    readers: String,
+    writer: String,
+    modes: String,
+    prefix: String,
+}
+
+impl Rw {
+    fn new(keys: &[String]) -> Result<Self, String> {
+        let [own, fence, queue, waiters, readers, writer, modes] = match keys {
+            [a, b, c, d, e, f, g] => [a, b, c, d, e, f, g].map(String::clone),
+            _ => return Err(format!("ERR expected 7 keys, got {}", keys.len())),
+        };
+        let prefix = format!("{}read:", writer.strip_suffix("write").unwrap_or(&writer));
+        Ok(Self {
+            own,
+            fence,
+            queue,
+            waiters,
+            readers,
+            writer,
+            modes,
             prefix,
         })
     }

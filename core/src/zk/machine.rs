@@ -21,8 +21,8 @@ use crate::redis::owner_token;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
-    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Reply, RequestId,
-    Response, Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Reply,
+    RequestId, Response, Wait,
 };
 use crate::zk::{self, ZkOp, ZkReply, ZkSettings};
 
@@ -873,7 +873,11 @@ impl Commands for Machine {
         // is wrong on Redis is wrong here too.
         check_lease(a.lease)?;
         let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(a.kind, None)?;
+        check_kind(
+            a.kind,
+            "ZooKeeper",
+            &[Primitive::Lock, Primitive::Semaphore],
+        )?;
         if !a.fair {
             // Waiters are sequential nodes, served in order: there is nothing to barge past.
             return Err(Error::InvalidArgument(
@@ -881,8 +885,8 @@ impl Commands for Machine {
             ));
         }
         let permits = match a.kind {
-            Kind::Mutex => None,
             Kind::Semaphore { permits } => Some(permits),
+            _ => None,
         };
         // A lock's owner reenters its tenure; every permit is a tenure of its own.
         if let Some(&seq) = self
