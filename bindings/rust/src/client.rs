@@ -205,6 +205,31 @@ impl Client {
         }
     }
 
+    /// A read-write lock named `name`: [`RwLockBuilder::read`] and [`RwLockBuilder::write`]
+    /// give its holds, configured and acquired like a lock. Many readers hold it at once, or
+    /// one writer alone; a reader that arrives while a writer waits queues behind it (writer
+    /// preference). Both holds of one `RwLockBuilder` belong to one owner: each is reentrant,
+    /// and the writer may take a read hold beside its write hold, then release the write
+    /// (downgrade); asking to write while holding a read fails (no upgrade). On redis://,
+    /// redis-cluster:// and memory:// (PROTOCOL.md §17).
+    ///
+    /// ```no_run
+    /// # async fn f(client: dlock::Client) -> Result<(), dlock::Error> {
+    /// let doc = client.rw_lock("doc/42");
+    /// let write = doc.write().acquire().await?;
+    /// let read = doc.read().acquire().await?; // downgrade: read beside the write hold
+    /// write.release().await?;
+    /// // ... still reading, and nobody wrote in between
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLockBuilder {
+        RwLockBuilder {
+            owner: self.next_id(),
+            lock: self.lock(name),
+        }
+    }
+
     /// Locks `names` as one; see [`MultiLockBuilder`].
     pub fn multi_lock<I, S>(&self, names: I) -> MultiLockBuilder
     where
@@ -396,6 +421,40 @@ impl LockBuilder {
             name,
             fencing_token: g.tokens,
         }))
+    }
+}
+
+/// A read-write lock: `client.rw_lock(name).read()` or `.write()`; see [`Client::rw_lock`].
+#[derive(Debug, Clone)]
+#[must_use = "an RwLockBuilder does nothing until one of its holds is acquired"]
+pub struct RwLockBuilder {
+    owner: u64,
+    lock: LockBuilder,
+}
+
+impl RwLockBuilder {
+    /// Whose holds these are (default: an owner of this `RwLockBuilder`'s own); see
+    /// [`LockBuilder::owner`].
+    pub fn owner(mut self, owner: u64) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The read hold, to configure and acquire like a lock.
+    pub fn read(&self) -> LockBuilder {
+        self.hold(Kind::Read)
+    }
+
+    /// The write hold, to configure and acquire like a lock.
+    pub fn write(&self) -> LockBuilder {
+        self.hold(Kind::Write)
+    }
+
+    fn hold(&self, kind: Kind) -> LockBuilder {
+        LockBuilder {
+            kind,
+            ..self.lock.clone().owner(self.owner)
+        }
     }
 }
 

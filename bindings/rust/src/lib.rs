@@ -31,7 +31,7 @@ mod transport;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, MultiGuard,
-    MultiLockBuilder, SharedGuard,
+    MultiLockBuilder, RwLockBuilder, SharedGuard,
 };
 pub use dlock_core::Member;
 pub use dlock_core::redis::{FencedWrite, LockStatus};

@@ -109,6 +109,13 @@ async fn semaphores_let_in_at_most_their_permits() {
     common::semaphore_contend(&cluster.url(), 2, 2, 2, 4).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_let_readers_share_and_writers_alone() {
+    let cluster = RedisCluster::start(3);
+    common::rw_rules(&cluster.url()).await;
+    common::rw_contend(&cluster.url(), 2, 3, 3).await;
+}
+
 #[tokio::test]
 async fn a_lock_survives_the_migration_of_its_slot() {
     let cluster = RedisCluster::start(3);

@@ -427,6 +427,8 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     assert!(waiter.await.unwrap().unwrap() > token);
     common::semaphore_rules(url, true).await;
     common::semaphore_contend(url, 2, 2, 2, 3).await;
+    common::rw_rules(url).await;
+    common::rw_contend(url, 2, 3, 3).await;
 }
 
 /// Fencing at the resource: a holder whose lock was taken over cannot overwrite the newer
@@ -544,6 +546,13 @@ async fn semaphores_let_in_at_most_their_permits() {
     let server = RedisServer::start();
     common::semaphore_rules(&server.url(), true).await;
     common::semaphore_contend(&server.url(), 3, 3, 3, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_let_readers_share_and_writers_alone() {
+    let server = RedisServer::start();
+    common::rw_rules(&server.url()).await;
+    common::rw_contend(&server.url(), 3, 3, 4).await;
 }
 
 #[tokio::test]

@@ -48,6 +48,15 @@ async fn semaphores_let_in_at_most_their_permits() {
     let zk = ZkEnsemble::start(1);
     common::semaphore_rules(&zk.url(), false).await;
     common::semaphore_contend(&zk.url(), 3, 3, 3, 4).await;
+    // Read-write locks are one Redis's.
+    let client = connect(&zk.url()).await.unwrap();
+    let err = client
+        .rw_lock("doc")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_misuse(), "{err:?}");
 }
 
 #[tokio::test]

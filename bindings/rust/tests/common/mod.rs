@@ -330,3 +330,150 @@ pub(crate) async fn semaphore_rules(url: &str, checked: bool) {
     let third = b.semaphore("rules", 2).try_acquire().await.unwrap();
     assert!(third.is_some(), "a released permit is free again");
 }
+
+/// `clients` clients with `tasks` tasks each take read-write lock "rw" `rounds` times, one
+/// task in three to write: a writer is alone (no reader, no other writer) and increments a
+/// counter racily, a reader sees the counter unchanged while it reads, the count comes out
+/// exact, and readers were in together at some point.
+pub(crate) async fn rw_contend(url: &str, clients: usize, tasks: usize, rounds: usize) {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::new(AtomicU64::new(0));
+    let mut writes = 0;
+    let mut handles = Vec::new();
+    for c in 0..clients {
+        let client = connect(url).await.expect("connect");
+        for t in 0..tasks {
+            let write = (c * tasks + t).is_multiple_of(3);
+            if write {
+                writes += rounds as u64;
+            }
+            let (client, readers, writing, most_readers, counter) = (
+                client.clone(),
+                readers.clone(),
+                writing.clone(),
+                most_readers.clone(),
+                counter.clone(),
+            );
+            handles.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let rw = client.rw_lock("rw");
+                    let hold = if write { rw.write() } else { rw.read() };
+                    let guard = hold
+                        .lease(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    if write {
+                        assert!(!writing.swap(true, Ordering::SeqCst), "two writers");
+                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                        let seen = counter.load(Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        counter.store(seen + 1, Ordering::SeqCst);
+                        writing.store(false, Ordering::SeqCst);
+                    } else {
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_readers.fetch_max(now, Ordering::SeqCst);
+                        assert!(
+                            !writing.load(Ordering::SeqCst),
+                            "a reader beside the writer"
+                        );
+                        let seen = counter.load(Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        assert_eq!(counter.load(Ordering::SeqCst), seen, "written while read");
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    let all = async {
+        for h in handles {
+            h.await.expect("task");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("read-write waiters stalled");
+    assert_eq!(counter.load(Ordering::SeqCst), writes);
+    assert!(
+        most_readers.load(Ordering::SeqCst) > 1,
+        "readers never shared the lock"
+    );
+}
+
+/// A read-write lock's rules: writer preference (a reader does not pass a waiting writer), a
+/// downgrade, no upgrade, reentrant holds, and a lock of the same name apart.
+pub(crate) async fn rw_rules(url: &str) {
+    use std::time::Duration;
+    let (a, b) = (connect(url).await.unwrap(), connect(url).await.unwrap());
+    let doc = a.rw_lock("rules");
+    let read = doc.read().acquire().await.unwrap();
+    let again = doc.read().acquire().await.unwrap();
+    assert_eq!(again.fencing_token(), read.fencing_token(), "reentrant");
+    let err = doc.write().try_acquire().await.unwrap_err();
+    assert!(err.is_misuse(), "no upgrade: {err:?}");
+    let other = b.rw_lock("rules");
+    assert!(
+        other.read().try_acquire().await.unwrap().is_some(),
+        "readers share"
+    );
+    let writer = tokio::spawn({
+        let other = other.clone();
+        async move { other.write().acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        b.rw_lock("rules")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a reader does not pass the waiting writer"
+    );
+    assert!(
+        b.lock("rules").try_acquire().await.unwrap().is_some(),
+        "the lock is apart"
+    );
+    again.release().await.unwrap();
+    read.release().await.unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer got the lock")
+        .unwrap()
+        .unwrap();
+    // Downgrade: the writer's owner reads beside it, then stops writing.
+    let read = other.read().acquire().await.unwrap();
+    assert!(read.fencing_token() > write.fencing_token());
+    assert!(
+        a.rw_lock("rules")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    write.release().await.unwrap();
+    assert!(
+        a.rw_lock("rules")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        a.rw_lock("rules")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    read.release().await.unwrap();
+}
