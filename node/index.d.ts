@@ -75,7 +75,9 @@ export declare class Client {
   lock(name: string, options?: LockOptions): Lock
   /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
   multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair'>): MultiLock
-  /** At most `permits` holders at a time; each acquire takes a permit of its own (Redis). */
+  /** Many readers or one writer; `read()` and `write()` give its holds (Redis). */
+  rwLock(name: string, options?: { owner?: number }): RwLock
+  /** At most `permits` holders at a time; each acquire takes a permit of its own. */
   semaphore(name: string, options: SemaphoreOptions): Semaphore
   status(name: string): Promise<LockStatus>
   /**
@@ -96,6 +98,8 @@ export declare class Lock {
   readonly maxHoldMs: number | null
   readonly owner: number | undefined
   readonly fair: boolean
+  /** 'read' or 'write' for a hold of a read-write lock. */
+  readonly rw: 'read' | 'write' | null
   /** Rejects with DLOCK_TIMEOUT when `waitMs` runs out, or with the signal's reason when aborted. */
   acquire(options?: AcquireOptions): Promise<Held>
   tryAcquire(): Promise<Held | null>
@@ -103,6 +107,14 @@ export declare class Lock {
 
 export declare class MultiLock extends Lock {
   readonly names: string[]
+}
+
+export declare class RwLock {
+  private constructor()
+  readonly name: string
+  readonly owner: number
+  read(options?: Omit<LockOptions, 'owner' | 'fair'>): Lock
+  write(options?: Omit<LockOptions, 'owner' | 'fair'>): Lock
 }
 
 export declare class Semaphore extends Lock {

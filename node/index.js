@@ -99,6 +99,19 @@ class Client {
     return new Semaphore(this.#native, name, options)
   }
 
+  /**
+   * A read-write lock: `read(options)` and `write(options)` give its holds, acquired like
+   * locks (options as for `lock`, without `owner` and `fair`). Many readers hold it at once,
+   * or one writer alone; a reader that arrives while a writer waits queues behind it (writer
+   * preference). The holds of one RwLock belong to one owner (`{ owner }` to choose it): each
+   * is reentrant, and a writer may read beside its write hold, then release the write
+   * (downgrade); asking to write while reading rejects with DLOCK_INVALID_ARGUMENT (no
+   * upgrade). Redis and Redis Cluster.
+   */
+  rwLock(name, { owner } = {}) {
+    return new RwLock(this.#native, name, owner)
+  }
+
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
     const s = await call(this.#native.status(name))
@@ -139,7 +152,7 @@ class Client {
 class Lock {
   #native
 
-  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner, fair = true } = {}) {
+  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner, fair = true } = {}, rw = null) {
     if (typeof name !== 'string') throw invalid('name must be a string')
     if (owner !== undefined && !Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
     if (typeof fair !== 'boolean') throw invalid('fair must be a boolean')
@@ -150,12 +163,14 @@ class Lock {
     this.maxHoldMs = maxHoldMs
     this.owner = owner
     this.fair = fair
+    /** 'read' or 'write' for a hold of a read-write lock, else null. */
+    this.rw = rw
   }
 
   /** Starts the native acquire; `id` lets `cancel(id)` stop it. */
   _start(inner, waitMs, id) {
     const owner = this.owner ?? nextOwner++
-    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, null, id)
+    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, null, this.rw, id)
   }
 
   async #acquire(waitMs, signal) {
@@ -196,7 +211,7 @@ class Lock {
   }
 
   [inspect.custom]() {
-    return `Lock <${JSON.stringify(this.name)} leaseMs=${this.leaseMs}>`
+    return `Lock <${JSON.stringify(this.name)}${this.rw ? ` ${this.rw}` : ''} leaseMs=${this.leaseMs}>`
   }
 }
 
@@ -215,6 +230,36 @@ class MultiLock extends Lock {
   }
 }
 
+class RwLock {
+  #native
+
+  constructor(inner, name, owner = nextOwner++) {
+    if (typeof name !== 'string') throw invalid('name must be a string')
+    if (!Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
+    this.#native = inner
+    this.name = name
+    this.owner = owner
+  }
+
+  /** The read hold. */
+  read(options = {}) {
+    return this.#hold('read', options)
+  }
+
+  /** The write hold. */
+  write(options = {}) {
+    return this.#hold('write', options)
+  }
+
+  #hold(rw, { leaseMs, waitMs, maxHoldMs } = {}) {
+    return new Lock(this.#native, this.name, { leaseMs, waitMs, maxHoldMs, owner: this.owner }, rw)
+  }
+
+  [inspect.custom]() {
+    return `RwLock <${JSON.stringify(this.name)}>`
+  }
+}
+
 class Semaphore extends Lock {
   constructor(inner, name, { permits, leaseMs, waitMs, maxHoldMs, fair } = {}) {
     // A whole number the native call can take; the engine checks the range (1 to 1024).
@@ -226,7 +271,7 @@ class Semaphore extends Lock {
   }
 
   _start(inner, waitMs, id) {
-    return inner.acquire(this.name, 0, this.leaseMs, waitMs, this.maxHoldMs, this.fair, this.permits, id)
+    return inner.acquire(this.name, 0, this.leaseMs, waitMs, this.maxHoldMs, this.fair, this.permits, null, id)
   }
 
   [inspect.custom]() {
@@ -358,4 +403,4 @@ class Engine {
   }
 }
 
-module.exports = { connect, Client, Lock, Semaphore, Held, Engine, DEFAULT_LEASE_MS }
+module.exports = { connect, Client, Lock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS }

@@ -153,7 +153,8 @@ impl NativeClient {
     }
 
     /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy). With
-    /// `permits`: a permit of the semaphore `name`, which has that many (`owner` unused).
+    /// `permits`: a permit of the semaphore `name`, which has that many (`owner` unused); with
+    /// `rw` ('read' or 'write'): a hold of the read-write lock `name`.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub async fn acquire(
@@ -165,12 +166,21 @@ impl NativeClient {
         max_hold_ms: Option<f64>,
         fair: bool,
         permits: Option<u32>,
+        rw: Option<String>,
         cancel_id: Option<u32>,
     ) -> Result<Option<NativeHeld>> {
         let client = self.client()?;
-        let lock = match permits {
-            None => client.lock(name).owner(owner as u64),
-            Some(permits) => client.semaphore(name, permits),
+        let lock = match (permits, rw.as_deref()) {
+            (None, None) => client.lock(name).owner(owner as u64),
+            (Some(permits), None) => client.semaphore(name, permits),
+            (None, Some("read")) => client.rw_lock(name).owner(owner as u64).read(),
+            (None, Some("write")) => client.rw_lock(name).owner(owner as u64).write(),
+            _ => {
+                return Err(coded(
+                    "DLOCK_INVALID_ARGUMENT",
+                    format!("rw must be 'read' or 'write', without permits; got {rw:?}"),
+                ));
+            }
         };
         let mut lock = lock.fair(fair).lease(millis("leaseMs", lease_ms)?);
         if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {

@@ -1,4 +1,4 @@
-// Beyond the plain fair mutex: multi-locks (several names as one, all or none), fair: false and semaphores.
+// Beyond the plain fair mutex: multi-locks (several names as one, all or none), fair: false, semaphores and read-write locks.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
@@ -131,4 +131,68 @@ test('a ZooKeeper semaphore hands a permit to its waiter when any permit goes', 
   const third = await waiting
   assert.ok(third.fencingToken > second.fencingToken)
   await Promise.all([second.release(), third.release()])
+})
+
+test('a read-write lock lets readers share and a writer in alone, with downgrade and writer preference', async () => {
+  const url = servers.redis.url
+  const clients = await Promise.all([connect(url), connect(url), connect(url)])
+  let readers = 0
+  let writing = false
+  let mostReaders = 0
+  let counter = 0
+  const problems = []
+  const worker = async (i) => {
+    const doc = clients[i % 3].rwLock('doc')
+    for (let round = 0; round < 4; round++) {
+      if (i % 3 === 0) {
+        const held = await doc.write({ leaseMs: 5000 }).acquire()
+        if (writing || readers) problems.push(`writer ${i} not alone`)
+        writing = true
+        const seen = counter
+        await new Promise((r) => setTimeout(r, 5))
+        counter = seen + 1
+        writing = false
+        await held.release()
+      } else {
+        const held = await doc.read({ leaseMs: 5000 }).acquire()
+        if (writing) problems.push(`reader ${i} beside the writer`)
+        readers += 1
+        mostReaders = Math.max(mostReaders, readers)
+        const seen = counter
+        await new Promise((r) => setTimeout(r, 20))
+        if (counter !== seen) problems.push(`written while reader ${i} read`)
+        readers -= 1
+        await held.release()
+      }
+    }
+  }
+  await Promise.all([...Array(9).keys()].map(worker))
+  assert.deepEqual(problems, [])
+  assert.equal(counter, 12)
+  assert.ok(mostReaders > 1, 'readers never shared the lock')
+
+  const [a, b] = clients
+  const doc = a.rwLock('rules')
+  const read = await doc.read().acquire()
+  await assert.rejects(doc.write().tryAcquire(), { code: 'DLOCK_INVALID_ARGUMENT', message: /upgrade/ })
+  await read.release()
+  const write = await doc.write().acquire()
+  const downgraded = await doc.read().acquire()
+  assert.ok(downgraded.fencingToken > write.fencingToken)
+  assert.equal(await b.rwLock('rules').read().tryAcquire(), null)
+  await write.release()
+  const other = await b.rwLock('rules').read().tryAcquire()
+  assert.ok(other, 'readers share once the write hold is gone')
+  const writer = b.rwLock('rules').write({ waitMs: 10_000 }).acquire()
+  await new Promise((r) => setTimeout(r, 200))
+  assert.equal(await a.rwLock('rules').read().tryAcquire(), null, 'no reader passes the waiting writer')
+  await Promise.all([downgraded.release(), other.release()])
+  const last = await writer
+  assert.ok(last.fencingToken > downgraded.fencingToken)
+  await last.release()
+  assert.throws(() => a.rwLock('x', { owner: 1.5 }), { code: 'DLOCK_INVALID_ARGUMENT' })
+  await assert.rejects((await connect(servers.zookeeper.url)).rwLock('doc').read().tryAcquire(), {
+    code: 'DLOCK_INVALID_ARGUMENT',
+    message: /read-write/,
+  })
 })

@@ -41,6 +41,7 @@ __all__ = [
     "LockTimeout",
     "MultiLock",
     "NotHeld",
+    "RwLock",
     "Semaphore",
     "connect",
 ]
@@ -135,6 +136,7 @@ class _LockOptions:
         max_hold: Optional[float],
         fair: bool = True,
         permits: Optional[int] = None,
+        rw: Optional[str] = None,
     ) -> None:
         self.name = name
         self.lease = lease
@@ -143,9 +145,12 @@ class _LockOptions:
         self.fair = fair
         #: A semaphore's number of permits; None for a lock.
         self.permits = _permits(permits)
+        #: ``"read"`` or ``"write"``: a hold of a read-write lock; None for a lock.
+        self.rw = rw
 
     def __repr__(self) -> str:
-        return f"<{self._KIND} {self.name!r} lease={self.lease}s wait={self.wait}>"
+        rw = f" {self.rw}" if self.rw else ""
+        return f"<{self._KIND} {self.name!r}{rw} lease={self.lease}s wait={self.wait}>"
 
 
 def _permits(permits: Optional[int]) -> Optional[int]:
@@ -238,6 +243,23 @@ class Client:
         """
         return MultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
+    def rw_lock(self, name: str) -> "RwLock":
+        """A read-write lock: :meth:`RwLock.read` and :meth:`RwLock.write` give its holds,
+        acquired like locks. Many readers hold it at once, or one writer alone; a reader that
+        arrives while a writer waits queues behind it (writer preference). In one thread, the
+        read and write holds of one ``RwLock`` belong to one owner: each is reentrant, and a
+        writer may read beside its write hold, then release the write (downgrade); asking to
+        write while reading raises :class:`InvalidArgument` (no upgrade). Redis and Redis
+        Cluster::
+
+            doc = client.rw_lock("doc/42")
+            with doc.read():
+                show()
+            with doc.write():
+                edit()
+        """
+        return RwLock(self, name)
+
     def semaphore(
         self,
         name: str,
@@ -316,16 +338,20 @@ class Lock(_LockOptions):
         on_lost: Optional[OnLost],
         fair: bool = True,
         permits: Optional[int] = None,
+        rw: Optional[str] = None,
+        owners: Optional[threading.local] = None,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits, rw=rw)
         self.client = client
         self.on_lost = on_lost
         self._local = threading.local()
+        # Each thread's owner; the holds of one RwLock share theirs.
+        self._owners = self._local if owners is None else owners
 
     def _owner(self) -> int:
-        owner: Optional[int] = getattr(self._local, "owner", None)
+        owner: Optional[int] = getattr(self._owners, "owner", None)
         if owner is None:
-            owner = self._local.owner = new_owner()
+            owner = self._owners.owner = new_owner()
         return owner
 
     def _held_stack(self) -> "list[Held]":
@@ -336,7 +362,7 @@ class Lock(_LockOptions):
 
     def _acquire(self, wait: Optional[float]) -> Optional["Held"]:
         native = self.client._native.acquire(
-            self.name, self._owner(), self.lease, wait, self.max_hold, self.fair, self.permits
+            self.name, self._owner(), self.lease, wait, self.max_hold, self.fair, self.permits, self.rw
         )
         return None if native is None else Held(native, self.on_lost)
 
@@ -393,6 +419,54 @@ class Semaphore(Lock):
 
     def __repr__(self) -> str:
         return f"<{self._KIND} {self.name!r} permits={self.permits} lease={self.lease}s wait={self.wait}>"
+
+
+class RwLock:
+    """A read-write lock's name (see :meth:`Client.rw_lock`)."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self.name = name
+        self._owners = threading.local()
+
+    def read(
+        self,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lock:
+        """The read hold, with options as for :meth:`Client.lock`."""
+        return self._hold("read", lease, wait, max_hold, on_lost)
+
+    def write(
+        self,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> Lock:
+        """The write hold, with options as for :meth:`Client.lock`."""
+        return self._hold("write", lease, wait, max_hold, on_lost)
+
+    def _hold(
+        self, rw: str, lease: float, wait: Optional[float], max_hold: Optional[float], on_lost: Optional[OnLost]
+    ) -> Lock:
+        return Lock(
+            self.client,
+            self.name,
+            lease=lease,
+            wait=wait,
+            max_hold=max_hold,
+            on_lost=on_lost,
+            rw=rw,
+            owners=self._owners,
+        )
+
+    def __repr__(self) -> str:
+        return f"<dlock.RwLock {self.name!r}>"
 
 
 class Held(_HeldState):

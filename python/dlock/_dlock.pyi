@@ -58,6 +58,7 @@ class NativeClient:
         max_hold: Optional[float] = None,
         fair: bool = True,
         permits: Optional[int] = None,
+        rw: Optional[str] = None,
     ) -> Optional[NativeHeld]: ...
     def acquire_async(
         self,
@@ -68,6 +69,7 @@ class NativeClient:
         max_hold: Optional[float],
         fair: bool,
         permits: Optional[int],
+        rw: Optional[str],
         callback: _Callback,
     ) -> Task: ...
     def acquire_multi(

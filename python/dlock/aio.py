@@ -21,7 +21,7 @@ from . import DEFAULT_LEASE, LockStatus, _fencing_token, _HeldState, _LockOption
 from ._dlock import NativeClient, NativeHeld, Task, new_owner
 from .errors import LockLost, LockTimeout
 
-__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncSemaphore", "connect"]
+__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncRwLock", "AsyncSemaphore", "connect"]
 
 OnLost = Callable[["AsyncHeld", str], Any]
 
@@ -106,6 +106,11 @@ class AsyncClient:
         """Several locks to acquire as one; see :meth:`dlock.Client.multi_lock`."""
         return AsyncMultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
 
+    def rw_lock(self, name: str) -> "AsyncRwLock":
+        """A read-write lock; see :meth:`dlock.Client.rw_lock`. In one task, the read and
+        write holds of one ``AsyncRwLock`` belong to one owner."""
+        return AsyncRwLock(self, name)
+
     def semaphore(
         self,
         name: str,
@@ -169,11 +174,16 @@ class AsyncLock(_LockOptions):
         on_lost: Optional[OnLost],
         fair: bool = True,
         permits: Optional[int] = None,
+        rw: Optional[str] = None,
+        owners: "Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], int]]" = None,
     ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits)
+        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits, rw=rw)
         self.client = client
         self.on_lost = on_lost
-        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
+        # Each task's owner; the holds of one AsyncRwLock share theirs.
+        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = (
+            weakref.WeakKeyDictionary() if owners is None else owners
+        )
         self._held: "weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncHeld]]" = weakref.WeakKeyDictionary()
 
     def _owner(self) -> int:
@@ -189,7 +199,7 @@ class AsyncLock(_LockOptions):
         owner = self._owner()
         native = await _call(
             lambda done: self.client._native.acquire_async(
-                self.name, owner, self.lease, wait, self.max_hold, self.fair, self.permits, done
+                self.name, owner, self.lease, wait, self.max_hold, self.fair, self.permits, self.rw, done
             )
         )
         return None if native is None else AsyncHeld(native, self.on_lost)
@@ -251,6 +261,54 @@ class AsyncSemaphore(AsyncLock):
 
     def __repr__(self) -> str:
         return f"<{self._KIND} {self.name!r} permits={self.permits} lease={self.lease}s wait={self.wait}>"
+
+
+class AsyncRwLock:
+    """A read-write lock's name (see :meth:`AsyncClient.rw_lock`)."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self.client = client
+        self.name = name
+        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
+
+    def read(
+        self,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> AsyncLock:
+        """The read hold, with options as for :meth:`AsyncClient.lock`."""
+        return self._hold("read", lease, wait, max_hold, on_lost)
+
+    def write(
+        self,
+        *,
+        lease: float = DEFAULT_LEASE,
+        wait: Optional[float] = None,
+        max_hold: Optional[float] = None,
+        on_lost: Optional[OnLost] = None,
+    ) -> AsyncLock:
+        """The write hold, with options as for :meth:`AsyncClient.lock`."""
+        return self._hold("write", lease, wait, max_hold, on_lost)
+
+    def _hold(
+        self, rw: str, lease: float, wait: Optional[float], max_hold: Optional[float], on_lost: Optional[OnLost]
+    ) -> AsyncLock:
+        return AsyncLock(
+            self.client,
+            self.name,
+            lease=lease,
+            wait=wait,
+            max_hold=max_hold,
+            on_lost=on_lost,
+            rw=rw,
+            owners=self._owners,
+        )
+
+    def __repr__(self) -> str:
+        return f"<dlock.aio.AsyncRwLock {self.name!r}>"
 
 
 class AsyncHeld(_HeldState):

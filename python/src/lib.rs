@@ -265,10 +265,20 @@ impl Spec {
         max_hold: Option<f64>,
         fair: bool,
         permits: Option<i64>,
+        rw: Option<&str>,
     ) -> PyResult<Self> {
-        let lock = match permits {
-            None => client.lock(name).owner(owner),
-            Some(n) => client.semaphore(name, permit_count(py, n)?),
+        let lock = match (permits, rw) {
+            (None, None) => client.lock(name).owner(owner),
+            (Some(n), None) => client.semaphore(name, permit_count(py, n)?),
+            (None, Some("read")) => client.rw_lock(name).owner(owner).read(),
+            (None, Some("write")) => client.rw_lock(name).owner(owner).write(),
+            _ => {
+                return Err(error_class(
+                    py,
+                    "InvalidArgument",
+                    format!("rw must be 'read' or 'write', without permits; got {rw:?}"),
+                ));
+            }
         };
         let mut lock = lock.fair(fair).lease(seconds(py, "lease", lease)?);
         if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
@@ -343,8 +353,9 @@ impl NativeClient {
     }
 
     /// Acquires: `wait=None` waits as long as it takes, `wait=0` tries once (None if busy).
-    /// With `permits`: a permit of the semaphore `name`, which has that many.
-    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true, permits=None))]
+    /// With `permits`: a permit of the semaphore `name`, which has that many; with `rw`
+    /// ('read' or 'write'): a hold of the read-write lock `name`.
+    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true, permits=None, rw=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
@@ -356,6 +367,7 @@ impl NativeClient {
         max_hold: Option<f64>,
         fair: bool,
         permits: Option<i64>,
+        rw: Option<&str>,
     ) -> PyResult<Option<NativeHeld>> {
         let spec = Spec::new(
             py,
@@ -367,11 +379,12 @@ impl NativeClient {
             max_hold,
             fair,
             permits,
+            rw,
         )?;
         block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
     }
 
-    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, permits, callback))]
+    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, permits, rw, callback))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_async(
         &self,
@@ -383,6 +396,7 @@ impl NativeClient {
         max_hold: Option<f64>,
         fair: bool,
         permits: Option<i64>,
+        rw: Option<&str>,
         callback: Py<PyAny>,
     ) -> PyResult<Task> {
         let spec = Spec::new(
@@ -395,6 +409,7 @@ impl NativeClient {
             max_hold,
             fair,
             permits,
+            rw,
         )?;
         spawn(callback, spec.run())
     }
