@@ -62,6 +62,11 @@ enum Cmd {
         /// (Redis, ZooKeeper): at most that many `dlock run` at a time. One --lock only.
         #[arg(long)]
         permits: Option<u32>,
+        /// Hold the read or the write hold of the read-write lock named by --lock (Redis):
+        /// runs with `read` go on together, one with `write` alone (flock -s and -x). One
+        /// --lock only.
+        #[arg(long, value_parser = ["read", "write"])]
+        rw: Option<String>,
         /// Lease, renewed every third of it while the command runs.
         #[arg(long, default_value = "30s", value_parser = duration)]
         lease: Duration,
@@ -136,6 +141,7 @@ async fn main() -> ExitCode {
             lock,
             non_fair,
             permits,
+            rw,
             lease,
             wait,
             grace,
@@ -149,6 +155,7 @@ async fn main() -> ExitCode {
                 lock_delay,
                 fair: !non_fair,
                 permits,
+                rw,
             };
             run(&backend.backend, &lock, &options, &command).await
         }
@@ -185,6 +192,8 @@ struct RunOptions {
     fair: bool,
     /// A permit of a semaphore with this many, instead of the lock.
     permits: Option<u32>,
+    /// `read` or `write`: a hold of a read-write lock, instead of the lock.
+    rw: Option<String>,
 }
 
 async fn run(
@@ -200,15 +209,16 @@ async fn run(
         lock_delay,
         fair,
         permits,
+        ref rw,
     } = options;
     if locks.len() > 1 && !fair {
         return Err(Error::InvalidArgument(
             "--non-fair takes one --lock: the locks of a multi-lock are fair".into(),
         ));
     }
-    if locks.len() > 1 && permits.is_some() {
+    if locks.len() > 1 && (permits.is_some() || rw.is_some()) {
         return Err(Error::InvalidArgument(
-            "--permits takes one --lock: the semaphore's name".into(),
+            "--permits and --rw take one --lock: the semaphore's or read-write lock's name".into(),
         ));
     }
     let mut client = Client::builder(backend);
@@ -219,9 +229,16 @@ async fn run(
     let lock = locks.join(", ");
     let acquired: Result<SharedGuard, Error> = match locks {
         [one] => {
-            let builder = match permits {
-                None => client.lock(one),
-                Some(n) => client.semaphore(one, n),
+            let builder = match (permits, rw.as_deref()) {
+                (Some(n), None) => client.semaphore(one, n),
+                (None, Some("read")) => client.rw_lock(one).read(),
+                (None, Some(_)) => client.rw_lock(one).write(),
+                (None, None) => client.lock(one),
+                (Some(_), Some(_)) => {
+                    return Err(Error::InvalidArgument(
+                        "--permits and --rw exclude each other".into(),
+                    ));
+                }
             };
             let builder = builder.lease(lease).fair(fair);
             builder

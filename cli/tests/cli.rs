@@ -267,6 +267,52 @@ fn run_with_permits_lets_that_many_commands_run_at_once() {
 }
 
 #[test]
+fn run_with_rw_lets_readers_run_together_and_a_writer_alone() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let reader = run(&url, &["--rw", "read"], &["sleep", "30"])
+        .spawn()
+        .unwrap();
+    wait_until("the read hold is taken", || {
+        run(&url, &["--rw", "write", "--wait", "100ms"], &["true"])
+            .output()
+            .unwrap()
+            .status
+            .code()
+            == Some(75)
+    });
+    let out = run(&url, &["--rw", "read", "--wait", "5s"], &["true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "a second reader runs beside the first: {out:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(reader.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut reader = reader;
+    assert_eq!(reader.wait().unwrap().code(), Some(128 + 15));
+    let out = run(&url, &["--rw", "write", "--wait", "5s"], &["true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the writer runs once the reader is gone: {out:?}"
+    );
+    let out = run(&url, &["--rw", "read", "--permits", "2"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "--rw with --permits is refused"
+    );
+}
+
+#[test]
 fn run_gives_up_after_wait_without_running_the_command() {
     let server = RedisServer::start();
     let mut holder = run(&server.url(), &[], &["sleep", "3"]).spawn().unwrap();
