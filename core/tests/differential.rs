@@ -327,6 +327,32 @@ impl Pair {
             .expect("FLUSHALL");
     }
 
+    /// Runs a fixed sequence on both from empty keyspaces: each step's call (after `before`
+    /// it) must get the same reply on both, starting with the number given (if any). A
+    /// sequence the machine stalls is started again, up to 5 times.
+    fn run<const N: usize>(
+        &mut self,
+        steps: [(&str, RedisOp, Option<i64>); N],
+        before: impl Fn(&str),
+    ) {
+        for attempt in 0..5 {
+            self.reset();
+            let all = steps.iter().try_for_each(|(what, op, first)| {
+                before(what);
+                let reply = self.compare(op.clone(), what)?;
+                if let Some(first) = first {
+                    assert_eq!(first_number(&reply), *first, "{what}: {reply:?}");
+                }
+                Ok::<(), Stalled>(())
+            });
+            if all.is_ok() {
+                return;
+            }
+            println!("attempt {attempt} stalled; again");
+        }
+        panic!("every attempt was stalled by the machine");
+    }
+
     /// Runs `op` on both just after a clock tick; panics when replies or keyspaces differ.
     /// Returns redis-server's reply.
     fn compare(&mut self, op: RedisOp, what: &str) -> Result<Value, Stalled> {
@@ -472,17 +498,7 @@ fn non_fair_scripts_match_redis_server() {
             redis::release(&keys, &t[3], 0, NonFair),
         ),
     ];
-    for attempt in 0..5 {
-        pair.reset();
-        let all = steps
-            .iter()
-            .try_for_each(|(what, op)| pair.compare(op.clone(), what).map(drop));
-        if all.is_ok() {
-            return;
-        }
-        println!("attempt {attempt} stalled; again");
-    }
-    panic!("every attempt was stalled by the machine");
+    pair.run(steps.map(|(what, op)| (what, op, None)), |_| {});
 }
 
 /// The semaphore's paths, step by step: permits taken up to the number, waiters queued in
@@ -573,22 +589,14 @@ fn permit_scripts_match_redis_server() {
             1,
         ),
     ];
-    for attempt in 0..5 {
-        pair.reset();
-        let all = steps.iter().try_for_each(|(what, op, first)| {
+    pair.run(
+        steps.map(|(what, op, first)| (what, op, Some(first))),
+        |what| {
             if what.starts_with("t1's permit ran out") {
                 std::thread::sleep(short);
             }
-            let reply = pair.compare(op.clone(), what)?;
-            assert_eq!(first_number(&reply), *first, "{what}: {reply:?}");
-            Ok::<(), Stalled>(())
-        });
-        if all.is_ok() {
-            return;
-        }
-        println!("attempt {attempt} stalled; again");
-    }
-    panic!("every attempt was stalled by the machine");
+        },
+    );
 }
 
 /// The read-write lock's paths, step by step: readers together, a queued writer that holds off
@@ -677,19 +685,10 @@ fn rw_scripts_match_redis_server() {
             1,
         ),
     ];
-    for attempt in 0..5 {
-        pair.reset();
-        let all = steps.iter().try_for_each(|(what, op, first)| {
-            let reply = pair.compare(op.clone(), what)?;
-            assert_eq!(first_number(&reply), *first, "{what}: {reply:?}");
-            Ok::<(), Stalled>(())
-        });
-        if all.is_ok() {
-            return;
-        }
-        println!("attempt {attempt} stalled; again");
-    }
-    panic!("every attempt was stalled by the machine");
+    pair.run(
+        steps.map(|(what, op, first)| (what, op, Some(first))),
+        |_| {},
+    );
 }
 
 /// The first number of a reply: the whole reply, or its first item.

@@ -1288,22 +1288,26 @@ fn a_fair_release_hands_over_even_to_a_non_fair_waiter() {
 
 #[test]
 fn zookeeper_refuses_non_fair_acquires_before_sending_anything() {
+    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
+    refused_on(zk, non_fair(1, "x", Wait::No));
+}
+
+/// On a fresh engine of `protocol`, `cmd` (op 1) fails with `invalid-argument` before anything
+/// is sent.
+fn refused_on(protocol: dlock_core::Protocol, cmd: Command) {
     let mut config = Config::new(ClientId(9));
-    config.protocol = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
-    let mut zk = Engine::new(config, Instant::from_nanos(0)).unwrap();
-    while zk.poll_output().is_some() {}
-    zk.handle_input(
-        Instant::from_nanos(1),
-        Input::Command(non_fair(1, "x", Wait::No)),
-    );
-    match zk.poll_output() {
+    config.protocol = protocol.clone();
+    let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();
+    while engine.poll_output().is_some() {}
+    engine.handle_input(Instant::from_nanos(1), Input::Command(cmd));
+    match engine.poll_output() {
         Some(Output::Event(Event::Failed {
             op: OpId(1),
             error: Error::InvalidArgument(_),
         })) => {}
-        other => panic!("{other:?}"),
+        other => panic!("{protocol:?}: {other:?}"),
     }
-    assert_eq!(zk.poll_output(), None, "nothing sent");
+    assert_eq!(engine.poll_output(), None, "nothing sent");
 }
 
 #[test]
@@ -1479,24 +1483,10 @@ fn bad_semaphores_are_refused_before_anything_is_sent() {
     }
     assert!(bed.take_sent(0).is_empty());
     // Redlock offers locks only.
-    for protocol in [dlock_core::Protocol::Redlock { nodes: 3 }] {
-        let mut config = Config::new(ClientId(9));
-        config.protocol = protocol.clone();
-        let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();
-        while engine.poll_output().is_some() {}
-        engine.handle_input(
-            Instant::from_nanos(1),
-            Input::Command(permit(1, "pool", 2, Wait::No)),
-        );
-        match engine.poll_output() {
-            Some(Output::Event(Event::Failed {
-                op: OpId(1),
-                error: Error::InvalidArgument(_),
-            })) => {}
-            other => panic!("{protocol:?}: {other:?}"),
-        }
-        assert_eq!(engine.poll_output(), None, "nothing sent");
-    }
+    refused_on(
+        dlock_core::Protocol::Redlock { nodes: 3 },
+        permit(1, "pool", 2, Wait::No),
+    );
 }
 
 fn rw(op: u64, name: &str, owner: u64, write: bool, wait: Wait) -> Command {
@@ -1622,21 +1612,6 @@ fn a_read_hold_is_never_upgraded_and_bad_rw_acquires_are_refused() {
     assert!(bed.take_sent(0).is_empty(), "nothing sent");
     let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
     for protocol in [zk, dlock_core::Protocol::Redlock { nodes: 3 }] {
-        let mut config = Config::new(ClientId(9));
-        config.protocol = protocol.clone();
-        let mut engine = Engine::new(config, Instant::from_nanos(0)).unwrap();
-        while engine.poll_output().is_some() {}
-        engine.handle_input(
-            Instant::from_nanos(1),
-            Input::Command(rw(1, "doc", 1, true, Wait::No)),
-        );
-        match engine.poll_output() {
-            Some(Output::Event(Event::Failed {
-                op: OpId(1),
-                error: Error::InvalidArgument(_),
-            })) => {}
-            other => panic!("{protocol:?}: {other:?}"),
-        }
-        assert_eq!(engine.poll_output(), None, "nothing sent");
+        refused_on(protocol, rw(1, "doc", 1, true, Wait::No));
     }
 }

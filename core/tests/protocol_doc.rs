@@ -19,8 +19,8 @@ fn protocol_doc_quotes_every_script_verbatim() {
         quoted += 1;
     }
     assert_eq!(
-        quoted, 16,
-        "the prelude, six lock scripts, the permit and read-write helpers, three scripts of each, and the fenced write"
+        quoted, 17,
+        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, and the fenced write"
     );
     let version = format!(
         "# dlock protocol, version {}",

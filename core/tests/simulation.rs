@@ -627,8 +627,7 @@ impl World {
                     },
                 ) => {
                     self.stats.acquired += 1;
-                    let hold_for = self.rng.range(0, 1500) * MS;
-                    let release_at = self.now + if self.draining { 0 } else { hold_for };
+                    let release_at = self.release_at();
                     let (hold, token, valid_until, count) =
                         (*hold, *fencing_token, *valid_until, *count);
                     if let Some(b) = self.clients[c].beliefs.get_mut(&hold) {
@@ -674,12 +673,7 @@ impl World {
                     }
                     self.stats.acquired += 1;
                     self.stats.multi += 1;
-                    let release_at = self.now
-                        + if self.draining {
-                            0
-                        } else {
-                            self.rng.range(0, 1500) * MS
-                        };
+                    let release_at = self.release_at();
                     self.new_tenure(c, *hold, locks, *valid_until, release_at);
                 }
                 (
@@ -712,12 +706,7 @@ impl World {
                     let (name, permits, hold, valid_until) =
                         (name.clone(), *permits, *hold, *valid_until);
                     self.check_permits(c, &name, permits);
-                    let release_at = self.now
-                        + if self.draining {
-                            0
-                        } else {
-                            self.rng.range(0, 1500) * MS
-                        };
+                    let release_at = self.release_at();
                     let belief = Belief {
                         locks: vec![(name, *fencing_token)],
                         count: 1,
@@ -780,12 +769,7 @@ impl World {
                             ));
                         }
                         self.check_rw(c, &name, what);
-                        let release_at = self.now
-                            + if self.draining {
-                                0
-                            } else {
-                                self.rng.range(0, 1500) * MS
-                            };
+                        let release_at = self.release_at();
                         let belief = Belief {
                             locks: vec![(name, token)],
                             count: 1,
@@ -845,6 +829,13 @@ impl World {
             }
             _ => {}
         }
+    }
+
+    /// When the application means to drop a hold it just got: up to 1.5 s from now, or at
+    /// once while draining.
+    fn release_at(&mut self) -> u64 {
+        let hold_for = self.rng.range(0, 1500) * MS;
+        self.now + if self.draining { 0 } else { hold_for }
     }
 
     /// Client `c`'s hold `hold` ends without a release (lease run out, or a crash): under

@@ -16,9 +16,11 @@ use crate::types::ClientId;
 pub const PROTOCOL_VERSION: u32 = 1;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
-/// Helpers of the permit scripts, after [`PRELUDE`].
+/// The holders' helper of the permit and read-write lock scripts, after [`PRELUDE`].
+const HOLDERS: &str = include_str!("lua/holders.lua");
+/// Helpers of the permit scripts, after [`HOLDERS`].
 const PERMITS: &str = include_str!("lua/permits.lua");
-/// Helpers of the read-write lock scripts, after [`PRELUDE`].
+/// Helpers of the read-write lock scripts, after [`HOLDERS`].
 const RW: &str = include_str!("lua/rw.lua");
 
 /// The protocol's scripts. Run with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
@@ -79,20 +81,29 @@ impl Script {
     /// The full Lua source sent to the server (shared helpers first).
     pub fn source(self) -> String {
         let (helpers, body) = match self {
-            Script::Acquire => ("", include_str!("lua/acquire.lua")),
-            Script::Release => ("", include_str!("lua/release.lua")),
-            Script::Dequeue => ("", include_str!("lua/dequeue.lua")),
-            Script::Extend => ("", include_str!("lua/extend.lua")),
-            Script::Status => ("", include_str!("lua/status.lua")),
-            Script::Raise => ("", include_str!("lua/raise.lua")),
-            Script::PermitAcquire => (PERMITS, include_str!("lua/permit_acquire.lua")),
-            Script::PermitRelease => (PERMITS, include_str!("lua/permit_release.lua")),
-            Script::PermitDequeue => (PERMITS, include_str!("lua/permit_dequeue.lua")),
-            Script::RwAcquire => (RW, include_str!("lua/rw_acquire.lua")),
-            Script::RwRelease => (RW, include_str!("lua/rw_release.lua")),
-            Script::RwDequeue => (RW, include_str!("lua/rw_dequeue.lua")),
+            Script::Acquire => (&[][..], include_str!("lua/acquire.lua")),
+            Script::Release => (&[][..], include_str!("lua/release.lua")),
+            Script::Dequeue => (&[][..], include_str!("lua/dequeue.lua")),
+            Script::Extend => (&[][..], include_str!("lua/extend.lua")),
+            Script::Status => (&[][..], include_str!("lua/status.lua")),
+            Script::Raise => (&[][..], include_str!("lua/raise.lua")),
+            Script::PermitAcquire => (
+                &[HOLDERS, PERMITS][..],
+                include_str!("lua/permit_acquire.lua"),
+            ),
+            Script::PermitRelease => (
+                &[HOLDERS, PERMITS][..],
+                include_str!("lua/permit_release.lua"),
+            ),
+            Script::PermitDequeue => (
+                &[HOLDERS, PERMITS][..],
+                include_str!("lua/permit_dequeue.lua"),
+            ),
+            Script::RwAcquire => (&[HOLDERS, RW][..], include_str!("lua/rw_acquire.lua")),
+            Script::RwRelease => (&[HOLDERS, RW][..], include_str!("lua/rw_release.lua")),
+            Script::RwDequeue => (&[HOLDERS, RW][..], include_str!("lua/rw_dequeue.lua")),
         };
-        [PRELUDE, helpers, body].concat()
+        [&[PRELUDE][..], helpers, &[body][..]].concat().concat()
     }
 }
 

@@ -194,15 +194,7 @@ impl Store {
             return Ok(ints(&[0, self.pttl(lock)]));
         }
 
-        if self.zscore(waiters, token)?.is_none() {
-            self.rpush(queue, token)?;
-        }
-        self.zadd(waiters, (now as i64 + wlease) as f64, token)?;
-        if self.pttl(queue) < wlease {
-            self.pexpire(queue, wlease);
-            self.pexpire(waiters, wlease);
-        }
-        let latest = self.get(fence)?.map(|f| int(&f)).transpose()?.unwrap_or(0);
+        let latest = self.enqueue(queue, waiters, token, now, wlease, fence)?;
         Ok(ints(&[2, self.pttl(lock), latest]))
     }
 
@@ -300,7 +292,7 @@ impl Store {
         }
 
         let now = self.now;
-        let (held, _) = self.held_permits(&sem)?;
+        let (held, _, _) = self.live_holders(&sem.holders, &sem.prefix)?;
         let set = self.get(&sem.capacity)?.map_or(Ok(0), |v| int(&v))?;
         if set != permits {
             if held > 0 || self.live_head(queue, waiters, now)?.is_some() {
@@ -325,20 +317,12 @@ impl Store {
             let f = self.grant_permit(&sem, token, now, lease)?;
             return Ok(ints(&[1, f, 1]));
         }
-        let (_, soonest) = self.held_permits(&sem)?;
+        let (_, soonest, _) = self.live_holders(&sem.holders, &sem.prefix)?;
         if mode == "try" {
             return Ok(ints(&[0, soonest]));
         }
 
-        if self.zscore(waiters, token)?.is_none() {
-            self.rpush(queue, token)?;
-        }
-        self.zadd(waiters, (now as i64 + wlease) as f64, token)?;
-        if self.pttl(queue) < wlease {
-            self.pexpire(queue, wlease);
-            self.pexpire(waiters, wlease);
-        }
-        let latest = self.get(fence)?.map(|f| int(&f)).transpose()?.unwrap_or(0);
+        let latest = self.enqueue(queue, waiters, token, now, wlease, fence)?;
         Ok(ints(&[2, soonest, latest]))
     }
 
@@ -366,25 +350,28 @@ impl Store {
         Ok(Value::Int(self.zrem(&sem.waiters, token)?))
     }
 
-    // --- the permit scripts' helpers (lua/permits.lua) ---
+    // --- the holders' helper (lua/holders.lua) ---
 
-    /// The permits held and the time the first of them has left (-2: none); holders whose
-    /// permit hash has expired are dropped.
-    fn held_permits(&mut self, sem: &Semaphore) -> Result<(i64, i64), String> {
-        let (mut held, mut soonest) = (0, -2);
-        for holder in self.zrange(&sem.holders)? {
-            let pttl = self.pttl(&format!("{}{holder}", sem.prefix));
+    /// The holders whose hash (`prefix` and holder) lives: how many, and the least and the
+    /// most time one has left (-2: none); holders whose hash has expired are dropped.
+    fn live_holders(&mut self, holders: &str, prefix: &str) -> Result<(i64, i64, i64), String> {
+        let (mut held, mut soonest, mut last) = (0, -2, -2);
+        for holder in self.zrange(holders)? {
+            let pttl = self.pttl(&format!("{prefix}{holder}"));
             if pttl == -2 {
-                self.zrem(&sem.holders, &holder)?;
+                self.zrem(holders, &holder)?;
             } else {
                 held += 1;
                 if soonest == -2 || (pttl >= 0 && pttl < soonest) {
                     soonest = pttl;
                 }
+                last = last.max(pttl);
             }
         }
-        Ok((held, soonest))
+        Ok((held, soonest, last))
     }
+
+    // --- the permit scripts' helpers (lua/permits.lua) ---
 
     fn grant_permit(
         &mut self,
@@ -425,7 +412,7 @@ impl Store {
             self.wake_head(&sem.queue, &sem.waiters, now)?;
             return Ok(0);
         }
-        let (held, _) = self.held_permits(sem)?;
+        let (held, _, _) = self.live_holders(&sem.holders, &sem.prefix)?;
         let capacity = self.get(&sem.capacity)?.map_or(Ok(0), |v| int(&v))?;
         self.hand_permits(sem, capacity - held, now)
     }
@@ -457,7 +444,7 @@ impl Store {
         let first = head.as_ref().is_none_or(|(h, _)| h == token);
         let writing = self.hget(&rw.writer, "owner")?;
         let take = if want == "write" {
-            first && writing.is_none() && self.live_readers(&rw)?.0 == 0
+            first && writing.is_none() && self.live_holders(&rw.readers, &rw.prefix)?.0 == 0
         } else {
             (first && writing.is_none()) || (mine.is_some() && writing.as_ref() == mine)
         };
@@ -473,7 +460,7 @@ impl Store {
             self.zadd(&rw.readers, f as f64, token)?;
             return Ok(ints(&[1, f, 1]));
         }
-        let (_, last) = self.live_readers(&rw)?;
+        let (_, _, last) = self.live_holders(&rw.readers, &rw.prefix)?;
         let pttl = if writing.is_some() {
             self.pttl(&rw.writer)
         } else {
@@ -483,21 +470,11 @@ impl Store {
             return Ok(ints(&[0, pttl]));
         }
 
-        if self.zscore(&rw.waiters, token)?.is_none() {
-            self.rpush(&rw.queue, token)?;
-        }
-        self.zadd(&rw.waiters, (now as i64 + wlease) as f64, token)?;
+        let latest = self.enqueue(&rw.queue, &rw.waiters, token, now, wlease, &rw.fence)?;
         self.hset(&rw.modes, &[(token.as_str(), want.clone())])?;
-        for key in [&rw.queue, &rw.waiters, &rw.modes] {
-            if self.pttl(key) < wlease {
-                self.pexpire(key, wlease);
-            }
+        if self.pttl(&rw.modes) < wlease {
+            self.pexpire(&rw.modes, wlease);
         }
-        let latest = self
-            .get(&rw.fence)?
-            .map(|f| int(&f))
-            .transpose()?
-            .unwrap_or(0);
         Ok(ints(&[2, pttl, latest]))
     }
 
@@ -553,25 +530,11 @@ impl Store {
         Ok(Some(ints(&[1, fence, count])))
     }
 
-    fn live_readers(&mut self, rw: &Rw) -> Result<(i64, i64), String> {
-        let (mut held, mut last) = (0, -2);
-        for reader in self.zrange(&rw.readers)? {
-            let pttl = self.pttl(&format!("{}{reader}", rw.prefix));
-            if pttl == -2 {
-                self.zrem(&rw.readers, &reader)?;
-            } else {
-                held += 1;
-                last = last.max(pttl);
-            }
-        }
-        Ok((held, last))
-    }
-
     fn hand_rw(&mut self, rw: &Rw, now: u64) -> Result<i64, String> {
         if self.live(&rw.writer).is_some() {
             return Ok(0);
         }
-        let (mut held, _) = self.live_readers(rw)?;
+        let (mut held, _, _) = self.live_holders(&rw.readers, &rw.prefix)?;
         let mut handed = 0;
         while let Some((head, _)) = self.live_head(&rw.queue, &rw.waiters, now)? {
             let want = self.hget(&rw.modes, &head)?;
@@ -620,6 +583,29 @@ impl Store {
             self.lpop(queue)?;
             self.zrem(waiters, &head)?;
         }
+    }
+
+    fn enqueue(
+        &mut self,
+        queue: &str,
+        waiters: &str,
+        token: &str,
+        now: u64,
+        wlease: i64,
+        fence: &str,
+    ) -> Result<i64, String> {
+        if self.zscore(waiters, token)?.is_none() {
+            self.rpush(queue, token)?;
+        }
+        self.zadd(waiters, (now as i64 + wlease) as f64, token)?;
+        if self.pttl(queue) < wlease {
+            self.pexpire(queue, wlease);
+            self.pexpire(waiters, wlease);
+        }
+        self.get(fence)?
+            .map(|f| int(&f))
+            .transpose()
+            .map(Option::unwrap_or_default)
     }
 
     fn wake_head(&mut self, queue: &str, waiters: &str, now: u64) -> Result<(), String> {

@@ -30,6 +30,18 @@ pub(crate) async fn connect(url: &str) -> Result<Client, Error> {
     builder(url).connect().await
 }
 
+/// Waits for every task, at most 120 s: longer means the waiters are stuck (`stuck` says how).
+async fn join_within(handles: Vec<tokio::task::JoinHandle<()>>, stuck: &str) {
+    let all = async {
+        for h in handles {
+            h.await.expect("task");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect(stuck);
+}
+
 /// `clients` clients with `tasks` tasks each take lock "counter" `rounds` times and do a racy
 /// read-modify-write of a counter under it: the count must come out exact, and fencing
 /// tokens must grow in the order the holders got the lock.
@@ -148,14 +160,7 @@ pub(crate) async fn multi_contend(url: &str, clients: usize, tasks: usize, round
             }));
         }
     }
-    let all = async {
-        for h in handles {
-            h.await.expect("task");
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(120), all)
-        .await
-        .expect("multi-locks of overlapping sets deadlocked");
+    join_within(handles, "multi-locks of overlapping sets deadlocked").await;
     for i in 0..4 {
         assert_eq!(
             counters[i].load(Ordering::SeqCst),
@@ -277,14 +282,7 @@ pub(crate) async fn semaphore_contend(
             }));
         }
     }
-    let all = async {
-        for h in handles {
-            h.await.expect("task");
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(120), all)
-        .await
-        .expect("permit waiters stalled");
+    join_within(handles, "permit waiters stalled").await;
     assert_eq!(
         most.load(Ordering::SeqCst),
         permits as usize,
@@ -391,14 +389,7 @@ pub(crate) async fn rw_contend(url: &str, clients: usize, tasks: usize, rounds: 
             }));
         }
     }
-    let all = async {
-        for h in handles {
-            h.await.expect("task");
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(120), all)
-        .await
-        .expect("read-write waiters stalled");
+    join_within(handles, "read-write waiters stalled").await;
     assert_eq!(counter.load(Ordering::SeqCst), writes);
     assert!(
         most_readers.load(Ordering::SeqCst) > 1,

@@ -29,10 +29,5 @@ if not owner then
 end
 if mode == 'try' then return {0, redis.call('PTTL', lock)} end
 
-if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
-redis.call('ZADD', waiters, now + wlease, token)
-if redis.call('PTTL', queue) < wlease then
-  redis.call('PEXPIRE', queue, wlease)
-  redis.call('PEXPIRE', waiters, wlease)
-end
-return {2, redis.call('PTTL', lock), tonumber(redis.call('GET', fence) or 0)}
+local latest = enqueue(queue, waiters, token, now, wlease, fence)
+return {2, redis.call('PTTL', lock), latest}

@@ -18,7 +18,7 @@ end
 if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3} end
 
 local now = now_ms()
-local held, soonest = held_permits(holders, prefix)
+local held, soonest = live_holders(holders, prefix)
 local set = tonumber(redis.call('GET', capacity) or 0)
 if set ~= permits then
   -- The number of permits is the semaphore's while anyone holds or waits.
@@ -40,13 +40,7 @@ end
 if free > 0 then
   return {1, grant_permit(prefix, token, fence, holders, now, lease), 1}
 end
-held, soonest = held_permits(holders, prefix)
+held, soonest = live_holders(holders, prefix)
 if mode == 'try' then return {0, soonest} end
 
-if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
-redis.call('ZADD', waiters, now + wlease, token)
-if redis.call('PTTL', queue) < wlease then
-  redis.call('PEXPIRE', queue, wlease)
-  redis.call('PEXPIRE', waiters, wlease)
-end
-return {2, soonest, tonumber(redis.call('GET', fence) or 0)}
+return {2, soonest, enqueue(queue, waiters, token, now, wlease, fence)}

@@ -1,23 +1,7 @@
--- Semaphores: helpers shared by the permit scripts. KEYS[1] this permit's hash, KEYS[2] fence
--- counter, KEYS[3] queue list, KEYS[4] waiter zset, KEYS[5] holder zset (owner token scored
--- by fencing token), KEYS[6] number of permits. Every permit hash of a semaphore is its
--- holder's owner token after one prefix.
-
--- The permits held, and the time the first of them has left (-2: none). Holders whose permit
--- hash has expired are dropped.
-local function held_permits(holders, prefix)
-  local held, soonest = 0, -2
-  for _, holder in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
-    local pttl = redis.call('PTTL', prefix .. holder)
-    if pttl == -2 then
-      redis.call('ZREM', holders, holder)
-    else
-      held = held + 1
-      if soonest == -2 or (pttl >= 0 and pttl < soonest) then soonest = pttl end
-    end
-  end
-  return held, soonest
-end
+-- Semaphores: helpers shared by the permit scripts, after the holders' helper. KEYS[1] this
+-- permit's hash, KEYS[2] fence counter, KEYS[3] queue list, KEYS[4] waiter zset, KEYS[5]
+-- holder zset (owner token scored by fencing token), KEYS[6] number of permits. Every permit
+-- hash of a semaphore is its holder's owner token after one prefix.
 
 -- Makes `owner` a holder for `ttl` ms; returns the fencing token of its tenure.
 local function grant_permit(prefix, owner, fence, holders, now, ttl)
@@ -48,7 +32,7 @@ local function give_back(permit, token, fence, queue, waiters, holders, capacity
     wake_head(queue, waiters, now)
     return 0
   end
-  local held = held_permits(holders, prefix)
+  local held = live_holders(holders, prefix)
   local free = tonumber(redis.call('GET', capacity) or 0) - held
   return hand_permits(prefix, fence, queue, waiters, holders, free, now)
 end

@@ -69,6 +69,18 @@ local function wake_head(queue, waiters, now)
   if head then wake(head, 'free') end
 end
 
+-- Queues `token` (or renews its place) until `now + wlease`, keeping the queue that long at
+-- least; returns the latest fencing token of `fence`.
+local function enqueue(queue, waiters, token, now, wlease, fence)
+  if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
+  redis.call('ZADD', waiters, now + wlease, token)
+  if redis.call('PTTL', queue) < wlease then
+    redis.call('PEXPIRE', queue, wlease)
+    redis.call('PEXPIRE', waiters, wlease)
+  end
+  return tonumber(redis.call('GET', fence) or 0)
+end
+
 -- Sets the lock's time to live to `lease` ms unless it already has longer: a lease never shrinks.
 local function stretch(lock, lease)
   if redis.call('PTTL', lock) < lease then redis.call('PEXPIRE', lock, lease) end

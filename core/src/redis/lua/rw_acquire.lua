@@ -32,7 +32,7 @@ local first = not head or head == token
 local writing = redis.call('HGET', writer, 'owner')
 local take
 if want == 'write' then
-  take = first and not writing and live_readers(readers, prefix) == 0
+  take = first and not writing and live_holders(readers, prefix) == 0
 else
   take = (first and not writing) or (mine ~= nil and writing == mine)
 end
@@ -45,14 +45,11 @@ if take then
   redis.call('ZADD', readers, string.format('%.0f', f), token)
   return {1, f, 1}
 end
-local _, last = live_readers(readers, prefix)
+local _, _, last = live_holders(readers, prefix)
 local pttl = writing and redis.call('PTTL', writer) or last
 if mode == 'try' then return {0, pttl} end
 
-if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
-redis.call('ZADD', waiters, now + wlease, token)
+local latest = enqueue(queue, waiters, token, now, wlease, fence)
 redis.call('HSET', modes, token, want)
-for _, key in ipairs({queue, waiters, modes}) do
-  if redis.call('PTTL', key) < wlease then redis.call('PEXPIRE', key, wlease) end
-end
-return {2, pttl, tonumber(redis.call('GET', fence) or 0)}
+if redis.call('PTTL', modes) < wlease then redis.call('PEXPIRE', modes, wlease) end
+return {2, pttl, latest}
