@@ -186,6 +186,12 @@ pub fn escape(name: &str) -> String {
     out
 }
 
+/// The key of `name` with this suffix: `dlock:{escaped name}:suffix`.
+fn keys_of(name: &str) -> impl Fn(&str) -> String {
+    let tag = escape(name);
+    move |suffix| format!("dlock:{{{tag}}}:{suffix}")
+}
+
 /// The four keys of one lock, in the order every script takes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
@@ -201,12 +207,12 @@ pub struct LockKeys {
 
 impl LockKeys {
     pub fn new(name: &str) -> Self {
-        let tag = escape(name);
+        let key = keys_of(name);
         Self {
-            lock: format!("dlock:{{{tag}}}:lock"),
-            fence: format!("dlock:{{{tag}}}:fence"),
-            queue: format!("dlock:{{{tag}}}:queue"),
-            waiters: format!("dlock:{{{tag}}}:waiters"),
+            lock: key("lock"),
+            fence: key("fence"),
+            queue: key("queue"),
+            waiters: key("waiters"),
         }
     }
 
@@ -240,14 +246,14 @@ pub struct SemaphoreKeys {
 
 impl SemaphoreKeys {
     pub fn new(name: &str) -> Self {
-        let tag = escape(name);
+        let key = keys_of(name);
         Self {
-            fence: format!("dlock:{{{tag}}}:sem:fence"),
-            queue: format!("dlock:{{{tag}}}:sem:queue"),
-            waiters: format!("dlock:{{{tag}}}:sem:waiters"),
-            holders: format!("dlock:{{{tag}}}:sem:holders"),
-            permits: format!("dlock:{{{tag}}}:sem:permits"),
-            permit_prefix: format!("dlock:{{{tag}}}:sem:permit:"),
+            fence: key("sem:fence"),
+            queue: key("sem:queue"),
+            waiters: key("sem:waiters"),
+            holders: key("sem:holders"),
+            permits: key("sem:permits"),
+            permit_prefix: key("sem:permit:"),
         }
     }
 
@@ -299,14 +305,14 @@ pub struct RwKeys {
 
 impl RwKeys {
     pub fn new(name: &str) -> Self {
-        let tag = escape(name);
+        let key = keys_of(name);
         Self {
-            fence: format!("dlock:{{{tag}}}:rw:fence"),
-            queue: format!("dlock:{{{tag}}}:rw:queue"),
-            waiters: format!("dlock:{{{tag}}}:rw:waiters"),
-            readers: format!("dlock:{{{tag}}}:rw:readers"),
-            writer: format!("dlock:{{{tag}}}:rw:write"),
-            modes: format!("dlock:{{{tag}}}:rw:modes"),
+            fence: key("rw:fence"),
+            queue: key("rw:queue"),
+            waiters: key("rw:waiters"),
+            readers: key("rw:readers"),
+            writer: key("rw:write"),
+            modes: key("rw:modes"),
         }
     }
 
