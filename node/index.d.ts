@@ -75,7 +75,7 @@ export declare class Client {
   lock(name: string, options?: LockOptions): Lock
   /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
   multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair'>): MultiLock
-  /** Many readers or one writer; `read()` and `write()` give its holds (Redis). */
+  /** Many readers or one writer; `read()` and `write()` give its holds (Redis, ZooKeeper). */
   rwLock(name: string, options?: { owner?: number }): RwLock
   /** At most `permits` holders at a time; each acquire takes a permit of its own. */
   semaphore(name: string, options: SemaphoreOptions): Semaphore

@@ -106,7 +106,7 @@ class Client {
    * preference). The holds of one RwLock belong to one owner (`{ owner }` to choose it): each
    * is reentrant, and a writer may read beside its write hold, then release the write
    * (downgrade); asking to write while reading rejects with DLOCK_INVALID_ARGUMENT (no
-   * upgrade). Redis and Redis Cluster.
+   * upgrade). Redis, Redis Cluster and ZooKeeper.
    */
   rwLock(name, { owner } = {}) {
     return new RwLock(this.#native, name, owner)

@@ -62,7 +62,7 @@ enum Cmd {
         /// (Redis, ZooKeeper): at most that many `dlock run` at a time. One --lock only.
         #[arg(long)]
         permits: Option<u32>,
-        /// Hold the read or the write hold of the read-write lock named by --lock (Redis):
+        /// Hold the read or the write hold of the read-write lock named by --lock (Redis, ZooKeeper):
         /// runs with `read` go on together, one with `write` alone (flock -s and -x). One
         /// --lock only.
         #[arg(long, value_parser = ["read", "write"])]

@@ -220,6 +220,20 @@ pub(crate) fn check_kind(kind: Kind, backend: &str, offers: &[Primitive]) -> Res
     }
 }
 
+/// Refuses a new write hold to an owner that holds or waits for a read hold of the same lock
+/// (`reads`): it would wait for itself. An owner that already has the write hold (`writes`)
+/// reenters it.
+pub(crate) fn refuse_upgrade(a: &Acquire, reads: bool, writes: bool) -> Result<(), Error> {
+    if a.kind == Kind::Write && reads && !writes {
+        return Err(Error::InvalidArgument(format!(
+            "owner {} holds or waits for a read hold of {:?}: release it before writing (a \
+             read hold is never upgraded; it would wait for itself)",
+            a.owner, a.name
+        )));
+    }
+    Ok(())
+}
+
 /// Accepts a lease in range and truncates it to whole milliseconds, the unit the servers
 /// count in, so that local validity never assumes more than the server grants.
 pub(crate) fn check_lease(lease: Duration) -> Result<Duration, Error> {

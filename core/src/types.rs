@@ -53,7 +53,8 @@ pub enum Kind {
     /// A read hold of the read-write lock `name`: many readers at once, none beside a writer
     /// — except the writer's own owner, whose read is granted beside its write hold
     /// (downgrade: take the read, then release the write). Reentrant for its owner. A reader
-    /// that arrives while a writer waits queues behind it (writer preference). One Redis.
+    /// that arrives while a writer waits queues behind it (writer preference). Redis and
+    /// ZooKeeper.
     Read,
     /// The write hold of the read-write lock `name`: one writer, and no reader beside it.
     /// Reentrant for its owner. An owner that holds or waits for a read hold of the lock is

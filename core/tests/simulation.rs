@@ -31,7 +31,7 @@
 //!    never more permits held with validity left than the semaphore has — nor, counting
 //!    permits whose holder lapsed less than its lock-delay ago, when a new permit starts —
 //!    and no fencing token given to two permits of one semaphore;
-//! 7. read-write locks (one Redis; `doc`, and `orders/42` apart from the lock): never a
+//! 7. read-write locks (Redis and ZooKeeper; `doc`, and `orders/42` apart from the lock): never a
 //!    writer beside another writer or a reader with validity left — except the writer's own
 //!    owner's read hold (downgrade) — nor, when a hold starts, beside a holder of another
 //!    owner that lapsed less than its lock-delay ago; every hold a new fencing token, a
@@ -1221,8 +1221,8 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            if (40..50).contains(&roll) && self.zk.is_none() && self.redlock.is_none() {
-                // A read or write hold of a read-write lock (one Redis), never an upgrade: an
+            if (40..50).contains(&roll) && self.redlock.is_none() {
+                // A read or write hold of a read-write lock (Redis, ZooKeeper), never an upgrade: an
                 // owner that holds or waits for a read hold does not ask to write.
                 let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
                 let owner = self.rng.range(1, 2);

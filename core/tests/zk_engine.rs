@@ -455,3 +455,109 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
     bed.cmd(1, acquire(2, Wait::No));
     acquired(&bed.take(1));
 }
+
+fn rw(op: u64, owner: u64, write: bool, wait: Wait) -> Command {
+    match acquire(op, wait) {
+        Command::Acquire(a) => Command::Acquire(Acquire {
+            owner,
+            kind: if write { Kind::Write } else { Kind::Read },
+            ..a
+        }),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn readers_watch_the_nearest_writer_ahead_and_a_writer_may_downgrade() {
+    let mut bed = Bed::new(3);
+    let dir = "/dlock/job.rwlock";
+    bed.cmd(0, rw(1, 1, false, Wait::No));
+    let (r0, _) = acquired(&bed.take(0));
+    bed.cmd(1, rw(1, 1, false, Wait::No));
+    acquired(&bed.take(1));
+    bed.take_sent(2);
+    bed.cmd(2, rw(1, 1, true, Wait::Forever));
+    assert!(bed.take(2).is_empty(), "a writer waits for the readers");
+    // A later reader waits behind the writer, watching the writer's node only.
+    bed.take_sent(1);
+    bed.cmd(1, rw(2, 2, false, Wait::Forever));
+    let children = bed.store.children(dir);
+    let writer = children
+        .iter()
+        .find(|c| c.contains("-lock-"))
+        .expect("the writer's node");
+    let watched: Vec<ZkOp> = bed
+        .take_sent(1)
+        .into_iter()
+        .filter(|op| matches!(op, ZkOp::Watch { .. }))
+        .collect();
+    assert_eq!(
+        watched,
+        [ZkOp::Watch {
+            path: format!("{dir}/{writer}")
+        }]
+    );
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(2),
+            hold: r0,
+        },
+    );
+    assert!(bed.take(2).is_empty(), "one reader is left");
+    assert!(matches!(bed.take(0)[..], [Event::Released { .. }]));
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(3),
+            hold: HoldId(1),
+        },
+    );
+    assert!(matches!(bed.take(1)[..], [Event::Released { .. }]));
+    let (w, tw) = acquired(&bed.take(2));
+    // The writer's owner reads beside its write hold, past the waiting reader.
+    bed.cmd(2, rw(2, 1, false, Wait::No));
+    let (r, tr) = acquired(&bed.take(2));
+    assert!(tr > tw);
+    // No upgrade: that owner may not ask to write again while it reads... its write is
+    // reentrant, though.
+    bed.cmd(2, rw(3, 1, true, Wait::No));
+    assert_eq!(acquired(&bed.take(2)), (w, tw));
+    bed.cmd(
+        2,
+        Command::Release {
+            op: OpId(4),
+            hold: w,
+        },
+    );
+    bed.cmd(
+        2,
+        Command::Release {
+            op: OpId(5),
+            hold: w,
+        },
+    );
+    bed.take(2);
+    // Downgraded: the waiting reader joins.
+    acquired(&bed.take(1));
+    assert!(bed.engines[2].0.hold(r).is_some());
+    bed.cmd(0, rw(3, 1, true, Wait::No));
+    assert!(matches!(
+        bed.take(0)[..],
+        [Event::NotAcquired {
+            reason: NotAcquired::Busy,
+            ..
+        }]
+    ));
+    bed.cmd(2, rw(6, 1, true, Wait::No));
+    assert!(
+        matches!(
+            bed.take(2)[..],
+            [Event::Failed {
+                error: Error::InvalidArgument(_),
+                ..
+            }]
+        ),
+        "no upgrade"
+    );
+}

@@ -191,8 +191,17 @@ test('a read-write lock lets readers share and a writer in alone, with downgrade
   assert.ok(last.fencingToken > downgraded.fencingToken)
   await last.release()
   assert.throws(() => a.rwLock('x', { owner: 1.5 }), { code: 'DLOCK_INVALID_ARGUMENT' })
-  await assert.rejects((await connect(servers.zookeeper.url)).rwLock('doc').read().tryAcquire(), {
-    code: 'DLOCK_INVALID_ARGUMENT',
-    message: /read-write/,
-  })
+})
+
+test('a ZooKeeper read-write lock lets readers share and holds a writer off', async () => {
+  const a = await connect(servers.zookeeper.url)
+  const b = await connect(servers.zookeeper.url)
+  const read = await a.rwLock('doc').read().acquire()
+  const other = await b.rwLock('doc').read().acquire()
+  assert.equal(await b.rwLock('doc').write().tryAcquire(), null)
+  const writer = b.rwLock('doc').write({ waitMs: 10_000 }).acquire()
+  await Promise.all([read.release(), other.release()])
+  const write = await writer
+  assert.ok(write.fencingToken > other.fencingToken)
+  await write.release()
 })

@@ -249,8 +249,8 @@ class Client:
         arrives while a writer waits queues behind it (writer preference). In one thread, the
         read and write holds of one ``RwLock`` belong to one owner: each is reentrant, and a
         writer may read beside its write hold, then release the write (downgrade); asking to
-        write while reading raises :class:`InvalidArgument` (no upgrade). Redis and Redis
-        Cluster::
+        write while reading raises :class:`InvalidArgument` (no upgrade). Redis, Redis Cluster
+        and ZooKeeper::
 
             doc = client.rw_lock("doc/42")
             with doc.read():

@@ -90,10 +90,18 @@ def test_downgrade_no_upgrade_and_writer_preference(redis: Any) -> None:
     assert got and got[0] > read.fencing_token
 
 
-def test_zookeeper_refuses_read_write_locks(zookeeper: Any) -> None:
-    client = dlock.connect(zookeeper.url)
-    with pytest.raises(dlock.InvalidArgument, match="read-write"):
-        client.rw_lock("doc").read().try_acquire()
+def test_zookeeper_read_write_locks(zookeeper: Any) -> None:
+    a, b = dlock.connect(zookeeper.url), dlock.connect(zookeeper.url)
+    read = a.rw_lock("doc").read().acquire()
+    other = b.rw_lock("doc").read().acquire()
+    assert b.rw_lock("doc").write().try_acquire() is None
+    read.release()
+    other.release()
+    doc = b.rw_lock("doc")
+    with doc.write() as write:
+        with doc.read() as downgraded:  # its owner reads beside its write hold
+            assert downgraded.fencing_token > write.fencing_token
+            assert a.rw_lock("doc").read().try_acquire() is None
 
 
 def test_asyncio_tasks_read_together(redis: Any) -> None:

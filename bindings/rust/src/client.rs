@@ -211,7 +211,7 @@ impl Client {
     /// preference). Both holds of one `RwLockBuilder` belong to one owner: each is reentrant,
     /// and the writer may take a read hold beside its write hold, then release the write
     /// (downgrade); asking to write while holding a read fails (no upgrade). On redis://,
-    /// redis-cluster:// and memory:// (PROTOCOL.md §17).
+    /// redis-cluster://, zk:// and memory:// (PROTOCOL.md §17).
     ///
     /// ```no_run
     /// # async fn f(client: dlock::Client) -> Result<(), dlock::Error> {

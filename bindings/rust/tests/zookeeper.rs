@@ -48,15 +48,15 @@ async fn semaphores_let_in_at_most_their_permits() {
     let zk = ZkEnsemble::start(1);
     common::semaphore_rules(&zk.url(), false).await;
     common::semaphore_contend(&zk.url(), 3, 3, 3, 4).await;
-    // Read-write locks are one Redis's.
-    let client = connect(&zk.url()).await.unwrap();
-    let err = client
-        .rw_lock("doc")
-        .read()
-        .try_acquire()
-        .await
-        .unwrap_err();
-    assert!(err.is_misuse(), "{err:?}");
+}
+
+/// Readers' nodes and writers' nodes share one directory: a writer holds as the lowest node, a
+/// reader when no writer's node is lower (but its own owner's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_let_readers_share_and_writers_alone() {
+    let zk = ZkEnsemble::start(1);
+    common::rw_rules(&zk.url()).await;
+    common::rw_contend(&zk.url(), 3, 3, 4).await;
 }
 
 #[tokio::test]

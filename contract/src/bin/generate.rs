@@ -1110,6 +1110,21 @@ fn zk_only() -> Vec<Json> {
     out.push(b.finish());
 
     let mut b = Bed::new(
+        "zookeeper-rw-lock",
+        "A read-write lock's directory is <name>.rwlock; readers' nodes are <token>-read-<seq>. A writer waits for the reader ahead; a reader that comes after the writer watches the writer's node only. The writer's owner reads beside its write hold (downgrade).",
+        zookeeper(),
+        1,
+    );
+    b.ghost(1, rw(1, "jobs", 1, false, Wait::No))
+        .command(rw(1, "jobs", 1, true, Wait::Forever))
+        .ghost(1, release(2, HoldId(1)));
+    let w = b.hold(1);
+    b.command(rw(2, "jobs", 1, false, Wait::No));
+    let r = b.hold(2);
+    b.command(release(3, w)).command(release(4, r));
+    out.push(b.finish());
+
+    let mut b = Bed::new(
         "zookeeper-semaphore",
         "A semaphore's directory is <name>.semaphore. With its 2 permits held, a waiter watches the 2 nodes just before its own, and the release of the first holder (not its predecessor) gives it a permit.",
         zookeeper(),

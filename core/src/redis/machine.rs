@@ -4,7 +4,8 @@
 use core::time::Duration;
 
 use crate::base::{
-    Base, Commands, InFlight, check_kind, check_lease, check_name, retry_delay, unpack,
+    Base, Commands, InFlight, check_kind, check_lease, check_name, refuse_upgrade, retry_delay,
+    unpack,
 };
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
@@ -718,13 +719,9 @@ impl Commands for Machine {
             "Redis",
             &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
         )?;
-        if a.kind == Kind::Write && self.tenures.slot(Kind::Read, &a.name, a.owner).is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "owner {} holds or waits for a read hold of {:?}: release it before writing \
-                 (a read hold is never upgraded; it would wait for itself)",
-                a.owner, a.name
-            )));
-        }
+        let reads = self.tenures.slot(Kind::Read, &a.name, a.owner).is_some();
+        let writes = self.tenures.slot(Kind::Write, &a.name, a.owner).is_some();
+        refuse_upgrade(&a, reads, writes)?;
         if !a.fair && matches!(a.kind, Kind::Read | Kind::Write) {
             return Err(Error::InvalidArgument(
                 "read-write locks are always fair (readers and writers are served in order)".into(),

@@ -2,7 +2,9 @@
 //! the lowest holds, each waiter watches its predecessor) with reentrancy counted here,
 //! fencing by sequence number and a lease bounded by the session's latest confirmation. A
 //! semaphore of N permits is the same recipe with the N lowest holding, each waiter watching
-//! the N nodes just before its own.
+//! the N nodes just before its own. A read-write lock is Curator's too: a writer's node holds
+//! when it is the lowest, a reader's when no writer's node is lower (but its own owner's:
+//! downgrade); a writer watches its predecessor, a reader the nearest writer's node ahead.
 //!
 //! Validity: any answer the session gives to a request sent at `t` proves the session was
 //! alive on the server after `t`, so it lives — and keeps our ephemeral nodes — until at
@@ -14,7 +16,9 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::base::{Base, Commands, InFlight, check_kind, check_lease, retry_delay, unpack};
+use crate::base::{
+    Base, Commands, InFlight, check_kind, check_lease, refuse_upgrade, retry_delay, unpack,
+};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::owner_token;
@@ -32,8 +36,10 @@ struct Tenure {
     owner: u64,
     /// The lock's directory node.
     dir: String,
-    /// A permit of a semaphore with this many permits; `None` for a lock.
-    permits: Option<u32>,
+    /// A lock, a permit of a semaphore, or a read or write hold.
+    kind: Kind,
+    /// A reader's own owner's write node (its name), which does not hold it off: downgrade.
+    downgrade: Option<String>,
     token: String,
     max_hold: Option<Duration>,
     state: State,
@@ -129,8 +135,9 @@ pub(crate) struct Machine {
     session_timeout: Duration,
     next_seq: u64,
     tenures: BTreeMap<u64, Tenure>,
-    /// (name, owner) → tenure, for reentrancy and for "already waiting".
-    slots: BTreeMap<(String, u64), u64>,
+    /// (kind, name, owner) → tenure, for reentrancy and for "already waiting" (permits have
+    /// none).
+    slots: BTreeMap<(Kind, String, u64), u64>,
     /// Pending acquire op → tenure, for cancel.
     acquires: BTreeMap<OpId, u64>,
     /// (Watched node ahead, the waiting tenure that watches it).
@@ -277,7 +284,7 @@ impl Machine {
             }
             return;
         };
-        let prefix = zk::node_prefix(&t.dir, &t.token);
+        let prefix = zk::node_prefix(&t.dir, &t.token, t.kind == Kind::Read);
         let State::Pending(p) = &mut t.state else {
             return;
         };
@@ -361,11 +368,18 @@ impl Machine {
         // A lock is held by the lowest node, a semaphore's permits by its N lowest: with N
         // or more nodes ahead, watch the N just before ours. Another node going changes
         // nothing for us: the N stay the ones just before ours, and as many are still ahead.
-        let permits = t.permits.unwrap_or(1) as usize;
+        // A reader counts only the writers' nodes ahead (but its own owner's), as a lock does.
+        let permits = match t.kind {
+            Kind::Semaphore { permits } => permits as usize,
+            _ => 1,
+        };
         let ahead: Vec<&str> = queue
             .iter()
             .take_while(|(s, _)| *s < n)
             .map(|(_, c)| *c)
+            .filter(|c| {
+                t.kind != Kind::Read || !(zk::is_reader(c) || t.downgrade.as_deref() == Some(*c))
+            })
             .collect();
         let window = ahead.len().saturating_sub(permits);
         p.to_watch = ahead[window..]
@@ -633,7 +647,7 @@ impl Machine {
         let Some(t) = self.tenures.get(&seq) else {
             return;
         };
-        let prefix = zk::node_prefix(&t.dir, &t.token);
+        let prefix = zk::node_prefix(&t.dir, &t.token, t.kind == Kind::Read);
         self.send_pending(
             seq,
             ZkOp::CreateSequential { prefix },
@@ -799,8 +813,8 @@ impl Machine {
     /// Removes a tenure and everything that points at it.
     fn forget(&mut self, seq: u64) -> Option<Tenure> {
         let t = self.tenures.remove(&seq)?;
-        if t.permits.is_none() {
-            self.slots.remove(&(t.name.clone(), t.owner));
+        if let Some(slot) = slot(&t) {
+            self.slots.remove(&slot);
         }
         if let State::Pending(p) = &t.state {
             self.acquires.remove(&p.op);
@@ -853,6 +867,11 @@ impl Machine {
     }
 }
 
+/// Where a reentrant tenure is found; a permit has no place (every acquire is a new one).
+fn slot(t: &Tenure) -> Option<(Kind, String, u64)> {
+    (!matches!(t.kind, Kind::Semaphore { .. })).then(|| (t.kind, t.name.clone(), t.owner))
+}
+
 /// A holder's fencing token: its node's sequence number + 1, so that tokens start at 1 as on
 /// Redis and 0 never is one.
 pub(crate) fn fencing_token(sequence: u64) -> u64 {
@@ -876,24 +895,19 @@ impl Commands for Machine {
         check_kind(
             a.kind,
             "ZooKeeper",
-            &[Primitive::Lock, Primitive::Semaphore],
+            &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
         )?;
+        let has = |kind| self.slots.contains_key(&(kind, a.name.clone(), a.owner));
+        refuse_upgrade(&a, has(Kind::Read), has(Kind::Write))?;
         if !a.fair {
             // Waiters are sequential nodes, served in order: there is nothing to barge past.
             return Err(Error::InvalidArgument(
                 "ZooKeeper locks are always fair (waiters are served in order)".into(),
             ));
         }
-        let permits = match a.kind {
-            Kind::Semaphore { permits } => Some(permits),
-            _ => None,
-        };
-        // A lock's owner reenters its tenure; every permit is a tenure of its own.
-        if let Some(&seq) = self
-            .slots
-            .get(&(a.name.clone(), a.owner))
-            .filter(|_| permits.is_none())
-        {
+        // A lock's or read-write hold's owner reenters its tenure; every permit is a tenure
+        // of its own.
+        if let Some(&seq) = self.slots.get(&(a.kind, a.name.clone(), a.owner)) {
             let valid_until = self.valid_until();
             return match self.tenures.get_mut(&seq).map(|t| &mut t.state) {
                 Some(State::Pending(p)) => Err(Error::AlreadyWaiting { op: p.op }),
@@ -918,31 +932,42 @@ impl Commands for Machine {
             Wait::Until(t) if t <= self.base.now => Wait::No,
             w => w,
         };
-        self.tenures.insert(
-            seq,
-            Tenure {
-                dir: match permits {
-                    None => zk::lock_dir(&self.root, &a.name),
-                    Some(_) => zk::semaphore_dir(&self.root, &a.name),
-                },
-                permits,
-                token: owner_token(self.client_id, seq),
-                name: a.name.clone(),
-                owner: a.owner,
-                max_hold,
-                state: State::Pending(Pending {
-                    op: a.op,
-                    wait,
-                    node: Node::None,
-                    in_flight: false,
-                    to_watch: Vec::new(),
-                    stale: false,
+        // A read beside the same owner's write hold: downgrade.
+        let downgrade = match a.kind {
+            Kind::Read => self
+                .slots
+                .get(&(Kind::Write, a.name.clone(), a.owner))
+                .and_then(|seq| match self.tenures.get(seq).map(|t| &t.state) {
+                    Some(State::Held(h)) => h.path.rsplit('/').next().map(str::to_owned),
+                    _ => None,
                 }),
+            _ => None,
+        };
+        let tenure = Tenure {
+            dir: match a.kind {
+                Kind::Mutex => zk::lock_dir(&self.root, &a.name),
+                Kind::Semaphore { .. } => zk::semaphore_dir(&self.root, &a.name),
+                Kind::Read | Kind::Write => zk::rw_dir(&self.root, &a.name),
             },
-        );
-        if permits.is_none() {
-            self.slots.insert((a.name, a.owner), seq);
+            kind: a.kind,
+            downgrade,
+            token: owner_token(self.client_id, seq),
+            name: a.name.clone(),
+            owner: a.owner,
+            max_hold,
+            state: State::Pending(Pending {
+                op: a.op,
+                wait,
+                node: Node::None,
+                in_flight: false,
+                to_watch: Vec::new(),
+                stale: false,
+            }),
+        };
+        if let Some(slot) = slot(&tenure) {
+            self.slots.insert(slot, seq);
         }
+        self.tenures.insert(seq, tenure);
         self.acquires.insert(a.op, seq);
         if let Wait::Until(deadline) = wait {
             self.base.timers.set(Timer::WaitDeadline(seq), deadline);

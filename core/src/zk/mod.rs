@@ -24,8 +24,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Where lock nodes live unless configured otherwise.
 pub const DEFAULT_ROOT: &str = "/dlock";
 
-/// What separates the owner token from the server's sequence number in a contender's name.
+/// What separates the owner token from the server's sequence number in a contender's name:
+/// a lock's, a permit's or a writer's node, and a reader's of a read-write lock.
 const LOCK_MARK: &str = "-lock-";
+const READ_MARK: &str = "-read-";
 
 /// ZooKeeper settings of an engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,14 +129,29 @@ pub fn semaphore_dir(root: &str, name: &str) -> String {
     format!("{root}/{}.semaphore", escape(name))
 }
 
-/// The path prefix of the contender node of tenure `token` (the server appends the sequence).
-pub fn node_prefix(dir: &str, token: &str) -> String {
-    format!("{dir}/{token}{LOCK_MARK}")
+/// The persistent node under which the readers and writers of read-write lock `name` queue,
+/// apart from the lock and the semaphore of that name.
+pub fn rw_dir(root: &str, name: &str) -> String {
+    format!("{root}/{}.rwlock", escape(name))
+}
+
+/// The path prefix of the contender node of tenure `token` (the server appends the sequence):
+/// `-read-` for a reader of a read-write lock, `-lock-` for any other.
+pub fn node_prefix(dir: &str, token: &str, reader: bool) -> String {
+    let mark = if reader { READ_MARK } else { LOCK_MARK };
+    format!("{dir}/{token}{mark}")
+}
+
+/// Whether a contender node is a reader's.
+pub fn is_reader(child: &str) -> bool {
+    child.rsplit_once(LOCK_MARK).is_none() && child.contains(READ_MARK)
 }
 
 /// A contender node's owner token and sequence number; `None` for a foreign child.
 pub fn parse_child(child: &str) -> Option<(&str, u64)> {
-    let (token, seq) = child.rsplit_once(LOCK_MARK)?;
+    let (token, seq) = child
+        .rsplit_once(LOCK_MARK)
+        .or_else(|| child.rsplit_once(READ_MARK))?;
     if seq.len() != 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
