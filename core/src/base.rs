@@ -196,9 +196,23 @@ pub fn check_name(name: &str) -> Result<(), Error> {
     }
 }
 
+/// Checks an acquire before anything is sent: its name, its lease and max hold, and that it
+/// takes a primitive `backend` offers. Returns the lease and max hold in whole milliseconds.
+pub(crate) fn check_acquire(
+    a: &Acquire,
+    backend: &str,
+    offers: &[Primitive],
+) -> Result<(Duration, Option<Duration>), Error> {
+    check_name(&a.name)?;
+    let lease = check_lease(a.lease)?;
+    let max_hold = a.max_hold.map(check_lease).transpose()?;
+    check_kind(a.kind, backend, offers)?;
+    Ok((lease, max_hold))
+}
+
 /// Checks what an acquire takes: a primitive `backend` offers, and a semaphore of 1 to
 /// [`MAX_PERMITS`] permits.
-pub(crate) fn check_kind(kind: Kind, backend: &str, offers: &[Primitive]) -> Result<(), Error> {
+fn check_kind(kind: Kind, backend: &str, offers: &[Primitive]) -> Result<(), Error> {
     let primitive = kind.primitive();
     if !offers.contains(&primitive) {
         let what = match primitive {

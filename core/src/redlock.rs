@@ -20,9 +20,7 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use crate::base::{
-    Base, Commands, InFlight, check_kind, check_lease, check_name, retry_delay, unpack,
-};
+use crate::base::{Base, Commands, InFlight, check_acquire, check_lease, retry_delay, unpack};
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
 use crate::redis::{
@@ -867,10 +865,7 @@ impl Commands for Machine {
     }
 
     fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        check_name(&a.name)?;
-        let lease = check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(a.kind, "Redlock", &[Primitive::Lock])?;
+        let (lease, max_hold) = check_acquire(&a, "Redlock", &[Primitive::Lock])?;
 
         if let Some(seq) = self.tenures.slot(Kind::Mutex, &a.name, a.owner) {
             let t = self

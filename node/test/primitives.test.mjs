@@ -184,7 +184,7 @@ test('a read-write lock lets readers share and a writer in alone, with downgrade
   const other = await b.rwLock('rules').read().tryAcquire()
   assert.ok(other, 'readers share once the write hold is gone')
   const writer = b.rwLock('rules').write({ waitMs: 10_000 }).acquire()
-  await new Promise((r) => setTimeout(r, 200))
+  await new Promise((r) => setTimeout(r, 500))
   assert.equal(await a.rwLock('rules').read().tryAcquire(), null, 'no reader passes the waiting writer')
   await Promise.all([downgraded.release(), other.release()])
   const last = await writer

@@ -82,7 +82,7 @@ def test_downgrade_no_upgrade_and_writer_preference(redis: Any) -> None:
 
     t = threading.Thread(target=writer)
     t.start()
-    time.sleep(0.2)
+    time.sleep(0.5)
     assert a.rw_lock("doc").read().try_acquire() is None, "no reader passes the waiting writer"
     read.release()
     other.release()

@@ -4,8 +4,7 @@
 use core::time::Duration;
 
 use crate::base::{
-    Base, Commands, InFlight, check_kind, check_lease, check_name, refuse_upgrade, retry_delay,
-    unpack,
+    Base, Commands, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
 };
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
@@ -711,11 +710,8 @@ impl Commands for Machine {
     }
 
     fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        check_name(&a.name)?;
-        let lease = check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(
-            a.kind,
+        let (lease, max_hold) = check_acquire(
+            &a,
             "Redis",
             &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
         )?;

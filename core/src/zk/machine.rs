@@ -17,7 +17,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::base::{
-    Base, Commands, InFlight, check_kind, check_lease, refuse_upgrade, retry_delay, unpack,
+    Base, Commands, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
 };
 use crate::engine::{Config, HoldInfo};
 use crate::error::Error;
@@ -887,13 +887,10 @@ impl Commands for Machine {
     }
 
     fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        crate::check_name(&a.name)?;
         // The lease is the session timeout; a lease is still checked, so that a call that
         // is wrong on Redis is wrong here too.
-        check_lease(a.lease)?;
-        let max_hold = a.max_hold.map(check_lease).transpose()?;
-        check_kind(
-            a.kind,
+        let (_, max_hold) = check_acquire(
+            &a,
             "ZooKeeper",
             &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
         )?;

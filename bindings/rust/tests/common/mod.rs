@@ -417,7 +417,7 @@ pub(crate) async fn rw_rules(url: &str) {
         let other = other.clone();
         async move { other.write().acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         b.rw_lock("rules")
             .read()
