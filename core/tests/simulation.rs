@@ -1775,6 +1775,54 @@ fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, s: Stats) {
+        self.steps += s.steps;
+        self.acquired += s.acquired;
+        self.multi += s.multi;
+        self.permits += s.permits;
+        self.rw += s.rw;
+        self.lost += s.lost;
+        self.pauses += s.pauses;
+        self.crashes += s.crashes;
+        self.zk_seeds += s.zk_seeds;
+        self.redlock_seeds += s.redlock_seeds;
+        self.node_crashes += s.node_crashes;
+        self.expiries += s.expiries;
+        self.breaks += s.breaks;
+    }
+}
+
+/// Runs `seeds` on every core (each seed is deterministic on its own, so the split changes
+/// no verdict); the first violation fails the run with that seed's replay line.
+fn run_seeds(seeds: &[u64], trace: bool) -> Stats {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(seeds.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut stats = Stats::default();
+                    while let Some(&seed) =
+                        seeds.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    {
+                        stats += World::new(seed, trace).run(STEPS_PER_SEED);
+                    }
+                    stats
+                })
+            })
+            .collect();
+        let mut total = Stats::default();
+        for worker in workers {
+            match worker.join() {
+                Ok(stats) => total += stats,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        total
+    })
+}
+
 #[test]
 fn simulation() {
     let trace = std::env::var_os("DLOCK_SIM_TRACE").is_some();
@@ -1782,23 +1830,7 @@ fn simulation() {
         Some(seed) => vec![seed],
         None => (1..=env("DLOCK_SIM_SEEDS").unwrap_or(2000)).collect(),
     };
-    let mut total = Stats::default();
-    for &seed in &seeds {
-        let s = World::new(seed, trace).run(STEPS_PER_SEED);
-        total.steps += s.steps;
-        total.acquired += s.acquired;
-        total.multi += s.multi;
-        total.permits += s.permits;
-        total.rw += s.rw;
-        total.lost += s.lost;
-        total.pauses += s.pauses;
-        total.crashes += s.crashes;
-        total.zk_seeds += s.zk_seeds;
-        total.redlock_seeds += s.redlock_seeds;
-        total.node_crashes += s.node_crashes;
-        total.expiries += s.expiries;
-        total.breaks += s.breaks;
-    }
+    let total = run_seeds(&seeds, trace);
     println!(
         "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),

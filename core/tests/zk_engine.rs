@@ -561,3 +561,51 @@ fn readers_watch_the_nearest_writer_ahead_and_a_writer_may_downgrade() {
         "no upgrade"
     );
 }
+
+/// A waiter whose CREATE-PARENTS fails tries again: after its retry delay, and at once on a
+/// reconnect. (It used to stay marked as busy with nothing under way, and hung.)
+#[test]
+fn a_failed_create_parents_is_tried_again() {
+    let mut config = Config::new(ClientId(1));
+    config.protocol = Protocol::ZooKeeper(ZkSettings::new(SESSION));
+    let mut now = Instant::from_nanos(1_000_000_000);
+    let mut engine = Engine::new(config, now).unwrap();
+    let next = |engine: &mut Engine| -> Request {
+        let mut requests = Vec::new();
+        while let Some(out) = engine.poll_output() {
+            match out {
+                Output::Request(r) => requests.push(r),
+                Output::Event(e) => panic!("no event yet, got {e:?}"),
+            }
+        }
+        let [r] = requests.try_into().expect("exactly one request");
+        r
+    };
+    let fail = |engine: &mut Engine, now, id| {
+        let reply = Err(TransportError::Unavailable("connection lost".into()));
+        engine.handle_input(now, Input::Reply { id, reply });
+    };
+    engine.handle_input(now, Input::Command(acquire(1, Wait::Forever)));
+    let create = next(&mut engine);
+    assert!(matches!(create.op, Op::Zk(ZkOp::CreateSequential { .. })));
+    let reply = Ok(Response::Zk(ZkReply::NoNode));
+    engine.handle_input(now, Input::Reply { id: create.id, reply });
+    let parents = next(&mut engine);
+    assert!(matches!(parents.op, Op::Zk(ZkOp::CreateParents { .. })));
+    fail(&mut engine, now, parents.id);
+
+    // The retry timer sends again.
+    now = engine.poll_timeout().expect("a retry is scheduled");
+    engine.handle_timeout(now);
+    let again = next(&mut engine);
+    assert!(matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })), "{again:?}");
+    let reply = Ok(Response::Zk(ZkReply::NoNode));
+    engine.handle_input(now, Input::Reply { id: again.id, reply });
+    let parents = next(&mut engine);
+    fail(&mut engine, now, parents.id);
+
+    // So does a reconnect, without waiting for the timer.
+    engine.handle_input(now, Input::Notice(Notice::Connected));
+    let again = next(&mut engine);
+    assert!(matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })), "{again:?}");
+}

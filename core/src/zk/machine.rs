@@ -204,6 +204,17 @@ impl Machine {
         if reply.is_ok() {
             self.confirm(req.sent_at);
         }
+        // A pending tenure has at most one request under way: whatever its answer, the next
+        // step (or a retry, or a reconnect) may send again. Cleared here, once, so that no
+        // reply arm can leave a waiter marked busy with nothing under way.
+        if let Purpose::Parents { seq }
+        | Purpose::Create { seq }
+        | Purpose::Children { seq }
+        | Purpose::Watch { seq, .. } = req.purpose
+            && let Some(p) = self.pending_mut(seq)
+        {
+            p.in_flight = false;
+        }
         match req.purpose {
             Purpose::Parents { seq } => match reply {
                 Ok(ZkReply::Done) => self.create(seq),
@@ -288,7 +299,6 @@ impl Machine {
         let State::Pending(p) = &mut t.state else {
             return;
         };
-        p.in_flight = false;
         match reply {
             Ok(ZkReply::Created(path)) => {
                 let seq_no = path
@@ -324,7 +334,6 @@ impl Machine {
         let State::Pending(p) = &mut t.state else {
             return;
         };
-        p.in_flight = false;
         let children = match reply {
             Ok(ZkReply::Children(children)) => children,
             Ok(ZkReply::NoNode) => {
@@ -434,7 +443,6 @@ impl Machine {
         else {
             return;
         };
-        p.in_flight = false;
         let stale = std::mem::take(&mut p.stale);
         match reply {
             Ok(ZkReply::Done) if !fired && !stale => {
@@ -697,6 +705,13 @@ impl Machine {
         let op = self.pending_op(seq);
         let error = Error::MalformedReply(format!("{what} replied {reply:?}"));
         self.abandon(seq, Event::Failed { op, error }, true);
+    }
+
+    fn pending_mut(&mut self, seq: u64) -> Option<&mut Pending> {
+        match self.tenures.get_mut(&seq).map(|t| &mut t.state) {
+            Some(State::Pending(p)) => Some(p),
+            _ => None,
+        }
     }
 
     fn pending_op(&self, seq: u64) -> OpId {
