@@ -1,27 +1,13 @@
 //! The lock engine: one sans-IO state machine per backend protocol behind one interface.
 
-use core::time::Duration;
-
 use crate::base::unpack;
 use crate::error::Error;
 use crate::multi::{Multis, ToMachine};
-use crate::redis::LockStatus;
+use crate::config::{Config, Protocol};
+use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
-use crate::types::{ClientId, HoldId, Input, LostReason, Op, Output, Reply, Response};
-use crate::zk::ZkSettings;
+use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
 use crate::{redis, redlock, zk};
-
-/// Which backend protocol an engine speaks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Protocol {
-    /// One Redis server (or a `memory://` reference store): [`crate::redis`].
-    Redis,
-    /// A ZooKeeper ensemble: [`crate::zk`].
-    ZooKeeper(ZkSettings),
-    /// Redlock over this many independent Redis servers: [`crate::redlock`]. Requests name
-    /// their node ([`Op::Redlock`]).
-    Redlock { nodes: u32 },
-}
 
 impl Protocol {
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
@@ -56,57 +42,6 @@ impl Protocol {
             other => Err(Error::MalformedReply(format!("status replied {other:?}"))),
         }
     }
-}
-
-/// Engine settings. [`Config::new`] gives the defaults for Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// This engine's identity; owner tokens derive from it. Read it from a CSPRNG.
-    pub client_id: ClientId,
-    /// How long a queued waiter keeps its place without renewing it, and how long a lock
-    /// handed to a waiter stays promised to it before the waiter confirms. A crashed waiter
-    /// stalls the queue for at most this long. Renewed every third of it. An acquire whose
-    /// lease is shorter uses its lease instead, so that a lock handed to a waiter that dies
-    /// never outlives a lease. (One Redis only: a ZooKeeper waiter's place lasts as long as
-    /// its session, and Redlock waiters do not queue, they retry.)
-    pub waiter_lease: Duration,
-    /// A request with no reply after this long counts as failed.
-    pub request_timeout: Duration,
-    /// At most this many locks are renewed by one request (Redis, and per node on Redlock:
-    /// ZooKeeper renews a session, not locks).
-    pub max_batch: usize,
-    /// Lock-delay (Chubby's idea; Redis only): a lock whose holder stops renewing it without
-    /// releasing it stays taken for this long after its lease, so that a paused holder that
-    /// wakes up cannot clash with a new holder in that window. The server keeps each lock for
-    /// `lease + lock_delay`; the holder's own validity still ends with the lease. A release
-    /// frees the lock at once. Zero (the default) is off.
-    pub lock_delay: Duration,
-    pub protocol: Protocol,
-}
-
-impl Config {
-    pub fn new(client_id: ClientId) -> Self {
-        Self {
-            client_id,
-            waiter_lease: Duration::from_secs(3),
-            request_timeout: Duration::from_secs(2),
-            max_batch: 100,
-            lock_delay: Duration::ZERO,
-            protocol: Protocol::Redis,
-        }
-    }
-}
-
-/// A snapshot of one held lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HoldInfo {
-    pub name: String,
-    pub owner: u64,
-    pub fencing_token: u64,
-    pub count: u32,
-    /// The lease the server grants (on ZooKeeper: the session timeout).
-    pub lease: Duration,
-    pub valid_until: Instant,
 }
 
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 use core::fmt;
 use core::time::Duration;
 
-use crate::types::{HoldId, OpId};
+use crate::ids::{HoldId, OpId};
 
 /// Longest lock name, in bytes of UTF-8.
 pub const MAX_NAME_LEN: usize = 1024;

@@ -68,11 +68,15 @@
 //! ```
 
 mod base;
+mod config;
 mod engine;
 mod error;
+mod ids;
 pub mod multi;
+mod owner;
 pub mod redis;
 pub mod redlock;
+mod status;
 mod tenures;
 mod time;
 mod timers;
@@ -80,7 +84,10 @@ mod types;
 pub mod zk;
 
 pub use base::check_name;
-pub use engine::{Config, Engine, HoldInfo, Protocol};
+pub use config::{Config, DEFAULT_ZK_ROOT, Protocol, ZkSettings};
+pub use engine::Engine;
+pub use owner::{owner_token, token_seq};
+pub use status::{HoldInfo, LockStatus};
 pub use error::{
     Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, TransportError,
 };

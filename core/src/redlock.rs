@@ -21,10 +21,12 @@ use core::time::Duration;
 use std::collections::BTreeMap;
 
 use crate::base::{Base, Commands, InFlight, check_acquire, check_lease, retry_delay, unpack};
-use crate::engine::{Config, HoldInfo};
+use crate::config::Config;
+use crate::status::{HoldInfo, LockStatus};
 use crate::error::Error;
+use crate::owner::owner_token;
 use crate::redis::{
-    self, AcquireReply, Fairness, LockKeys, LockStatus, Mode, RedisOp, ReleaseReply, Value,
+    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value,
 };
 use crate::tenures::{self, Held, Target, Tenures};
 use crate::time::{Instant, drift};
@@ -255,7 +257,7 @@ impl Machine {
         let State::Pending(p) = &mut t.state else {
             return;
         };
-        t.token = redis::owner_token(self.client_id, round);
+        t.token = owner_token(self.client_id, round);
         p.attempt = Some(Attempt {
             round,
             sent: self.base.now,
@@ -292,7 +294,7 @@ impl Machine {
             }
             Err(error) => (Answer::Failed, Some(error)),
         };
-        let token = redis::owner_token(self.client_id, round);
+        let token = owner_token(self.client_id, round);
         let Some(a) = self.attempt_mut(seq, round) else {
             // An attempt that has ended: give back what it got, unless it won the tenure —
             // then record the tenure's token there too, so that every node shows one tenure.

@@ -6,7 +6,7 @@
 use core::time::Duration;
 use std::collections::BTreeMap;
 
-use crate::engine::HoldInfo;
+use crate::status::HoldInfo;
 use crate::redis::{self, Fairness, LockKeys, Mode, RedisOp, RwHold, RwKeys, SemaphoreKeys};
 use crate::time::{Instant, drift};
 use crate::timers::{Timer, Timers};

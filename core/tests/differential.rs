@@ -414,7 +414,7 @@ fn reference_store_matches_redis_server() {
     let mut pair = Pair::start();
     let names = ["orders/42", "a{b}c", "%7B"];
     let tokens: Vec<String> = (0..6)
-        .map(|i| redis::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
         .collect();
     let (mut ops, mut interrupted) = (0, 0);
     let mut completed_seeds = BTreeSet::new();
@@ -461,7 +461,7 @@ fn non_fair_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let keys = LockKeys::new("nf");
     let t: Vec<String> = (1..=4)
-        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
         .collect();
     let lease = Duration::from_secs(60);
     let acquire =
@@ -512,7 +512,7 @@ fn permit_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let sem = SemaphoreKeys::new("pool");
     let t: Vec<String> = (1..=5)
-        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
         .collect();
     let (lease, short) = (Duration::from_secs(60), Duration::from_millis(205));
     let take = |token: &str, lease, mode, fairness| {
@@ -608,7 +608,7 @@ fn rw_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let keys = RwKeys::new("rw");
     let t: Vec<String> = (1..=6)
-        .map(|i| redis::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
         .collect();
     let lease = Duration::from_secs(60);
     let hold = |i: usize, write: bool, downgrade: Option<usize>| RwHold {

@@ -562,7 +562,7 @@ fn a_lost_wake_up_costs_at_most_a_third_of_the_waiter_lease() {
     bed.acquire(1, 1, "a", Wait::Forever);
     // Release behind the engines' backs: the hand-off's message reaches nobody.
     let keys = LockKeys::new("a");
-    let token = redis::owner_token(ClientId(0xabc0), hold.0);
+    let token = dlock_core::owner_token(ClientId(0xabc0), hold.0);
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
     let RedisOp::Eval { script, keys, args } =
         redis::release(&keys, &token, 0, redis::Fairness::Fair)
@@ -734,10 +734,10 @@ fn names_cannot_escape_their_hash_tag() {
 #[test]
 fn owner_tokens_are_unique_per_tenure_and_parse_back() {
     let client = ClientId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
-    let token = redis::owner_token(client, 0x2a);
+    let token = dlock_core::owner_token(client, 0x2a);
     assert_eq!(token, "0123456789abcdef0011223344556677-2a");
-    assert_eq!(redis::token_seq(client, &token), Some(0x2a));
-    assert_eq!(redis::token_seq(ClientId(1), &token), None);
+    assert_eq!(dlock_core::token_seq(client, &token), Some(0x2a));
+    assert_eq!(dlock_core::token_seq(ClientId(1), &token), None);
     for bad in [
         "",
         "-",
@@ -745,7 +745,7 @@ fn owner_tokens_are_unique_per_tenure_and_parse_back() {
         "0123456789abcdef0011223344556677-+1",
         "x-1",
     ] {
-        assert_eq!(redis::token_seq(client, bad), None, "{bad:?}");
+        assert_eq!(dlock_core::token_seq(client, bad), None, "{bad:?}");
     }
 }
 
@@ -1072,7 +1072,7 @@ fn losing_one_member_loses_the_multi_lock_once_and_frees_the_rest() {
     let (hold, _) = acquired_multi(&bed.take(0));
     // "b" is freed behind the holder's back (say, by an operator), and another client takes
     // it. The members were the engine's first tenures: "a" is 1, "b" is 2.
-    let token = redis::owner_token(ClientId(0xabc0), 2);
+    let token = dlock_core::owner_token(ClientId(0xabc0), 2);
     let RedisOp::Eval { script, keys, args } =
         redis::release(&LockKeys::new("b"), &token, 0, redis::Fairness::Fair)
     else {
@@ -1288,7 +1288,7 @@ fn a_fair_release_hands_over_even_to_a_non_fair_waiter() {
 
 #[test]
 fn zookeeper_refuses_non_fair_acquires_before_sending_anything() {
-    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::zk::ZkSettings::new(SEC));
+    let zk = dlock_core::Protocol::ZooKeeper(dlock_core::ZkSettings::new(SEC));
     refused_on(zk, non_fair(1, "x", Wait::No));
 }
 

@@ -16,7 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use dlock_core::redis::{self, Value};
-use dlock_core::zk::{self, ZkOp, ZkReply, ZkSettings};
+use dlock_core::ZkSettings;
+use dlock_core::zk::{self, ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
     Kind, Notice, Op, OpId, Output, Protocol, RequestId, Response, TransportError, Wait,
@@ -389,7 +390,7 @@ fn fuzz_reply_decoding() {
         let _ = redis::parse_wake(&payload);
         let text = String::from_utf8_lossy(&payload);
         let _ = zk::parse_child(&text);
-        let _ = redis::token_seq(ClientId(1), &text);
+        let _ = dlock_core::token_seq(ClientId(1), &text);
         let _ = redis::parse_raise(&v);
         decoded += 1;
     }

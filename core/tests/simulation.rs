@@ -47,10 +47,9 @@ use std::time::Duration;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
-use dlock_core::zk::ZkSettings;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
+    Acquire, AcquireMulti, ClientId, ZkSettings, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
     LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError,
     Wait,
 };
@@ -1733,7 +1732,7 @@ impl World {
                 let mut nodes = String::new();
                 if let Some((store, _)) = &self.zk {
                     for name in NAMES {
-                        let dir = dlock_core::zk::lock_dir(dlock_core::zk::DEFAULT_ROOT, name);
+                        let dir = dlock_core::zk::lock_dir(dlock_core::DEFAULT_ZK_ROOT, name);
                         let children: Vec<(String, Option<SessionId>)> = store
                             .children(&dir)
                             .into_iter()

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use dlock_core::zk::reference::{SessionId, Store};
-use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
+use dlock_core::ZkSettings;
+use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind,
     LostReason, NotAcquired, Notice, Op, OpId, Output, Protocol, Request, Response, TransportError,

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::redis::{FencedWrite, LockStatus};
+use dlock_core::LockStatus;
+use dlock_core::redis::FencedWrite;
 use dlock_core::{
     ClientId, Config, HoldId, Instant, Kind, LostReason, Member, OpId, Protocol, Response,
 };

@@ -16,7 +16,8 @@ use core::fmt::Write as _;
 use std::time::Duration;
 
 use dlock_core::redis::{RedisOp, Value};
-use dlock_core::zk::{ZkOp, ZkReply, ZkSettings};
+use dlock_core::ZkSettings;
+use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
     Instant, Kind, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,

@@ -34,6 +34,7 @@ pub use client::{
     MultiLockBuilder, RwLockBuilder, SharedGuard,
 };
 pub use dlock_core::Member;
-pub use dlock_core::redis::{FencedWrite, LockStatus};
+pub use dlock_core::LockStatus;
+pub use dlock_core::redis::FencedWrite;
 pub use error::{Error, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};

@@ -146,7 +146,7 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
     let mut con = raw(&server).await;
     // A client takes the lock and dies: nobody renews it.
     let keys = LockKeys::new("abandoned");
-    let dead = protocol::owner_token(dlock_core::ClientId(0xdead), 1);
+    let dead = dlock_core::owner_token(dlock_core::ClientId(0xdead), 1);
     let op = protocol::acquire(
         &keys,
         &dead,
@@ -252,7 +252,7 @@ async fn release_and_extend_by_a_non_owner_change_nothing() {
     let guard = client.lock("mine").acquire().await.unwrap();
     let mut con = raw(&server).await;
     let keys = LockKeys::new("mine");
-    let intruder = protocol::owner_token(dlock_core::ClientId(0xbad), 1);
+    let intruder = dlock_core::owner_token(dlock_core::ClientId(0xbad), 1);
     let released = run_script(
         &mut con,
         protocol::release(&keys, &intruder, 0, protocol::Fairness::Fair),
@@ -564,7 +564,7 @@ async fn an_abandoned_permit_goes_to_the_waiter_after_its_lease() {
     let keys = protocol::SemaphoreKeys::new("abandoned");
     let mut tokens = Vec::new();
     for seq in 1..=2 {
-        let dead = protocol::owner_token(dlock_core::ClientId(0xdead), seq);
+        let dead = dlock_core::owner_token(dlock_core::ClientId(0xdead), seq);
         let op = protocol::permit_acquire(
             &keys,
             &dead,

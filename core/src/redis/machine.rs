@@ -6,8 +6,10 @@ use core::time::Duration;
 use crate::base::{
     Base, Commands, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
 };
-use crate::engine::{Config, HoldInfo};
+use crate::config::Config;
+use crate::status::HoldInfo;
 use crate::error::Error;
+use crate::owner::{owner_token, token_seq};
 use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwKeys, SemaphoreKeys,
     Value, Wake,
@@ -407,7 +409,7 @@ impl Machine {
             Some(Wake::Free { token }) => (token, None),
             None => return,
         };
-        let Some(seq) = redis::token_seq(self.client_id, token) else {
+        let Some(seq) = token_seq(self.client_id, token) else {
             return;
         };
         let Some(Tenure {
@@ -768,7 +770,7 @@ impl Commands for Machine {
         } else {
             Mode::Wait
         };
-        let token = redis::owner_token(self.client_id, seq);
+        let token = owner_token(self.client_id, seq);
         let (keys, target) = match a.kind {
             Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
             Kind::Semaphore { permits } => {

@@ -6,11 +6,11 @@
 pub(crate) mod machine;
 pub mod reference;
 
-use core::fmt::Write as _;
 use core::time::Duration;
 
 use crate::error::Error;
-use crate::types::ClientId;
+use crate::ids::ClientId;
+use crate::status::LockStatus;
 
 /// Version of the key layout and scripts in this module.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -350,26 +350,6 @@ impl RwKeys {
     }
 }
 
-/// The owner token of one tenure: the client id as 32 lowercase hex digits, `-`, and the
-/// tenure's sequence number in lowercase hex. Unique per tenure, never reused.
-pub fn owner_token(client: ClientId, seq: u64) -> String {
-    let mut token = String::with_capacity(32 + 1 + 16);
-    let _ = write!(token, "{:032x}-{seq:x}", client.0);
-    token
-}
-
-/// The sequence number of `token` if it is one of `client`'s tokens.
-pub fn token_seq(client: ClientId, token: &str) -> Option<u64> {
-    let (id, seq) = token.split_once('-')?;
-    if id.len() != 32 || u128::from_str_radix(id, 16).ok()? != client.0 || seq.is_empty() {
-        return None;
-    }
-    if seq.starts_with('+') {
-        return None;
-    }
-    u64::from_str_radix(seq, 16).ok()
-}
-
 /// The channel on which hand-offs to `client`'s waiters are published.
 pub fn wake_channel(client: ClientId) -> String {
     format!("dlock:wake:{:032x}", client.0)
@@ -626,23 +606,7 @@ pub fn status(keys: &LockKeys) -> RedisOp {
     }
 }
 
-/// A parsed STATUS reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockStatus {
-    /// The holder's owner token, `None` when the lock is free.
-    pub owner: Option<String>,
-    /// The holder's hold count (0 when free).
-    pub count: u32,
-    /// The holder's fencing token (0 when free).
-    pub fencing_token: u64,
-    /// What is left of the holder's lease.
-    pub ttl: Option<Duration>,
-    /// The latest fencing token ever given out for this lock (0: never held).
-    pub latest_token: u64,
-    /// Owner tokens of the live waiters, first in line first.
-    pub waiters: Vec<String>,
-}
-
+/// Reads a STATUS reply.
 pub fn parse_status(v: &Value) -> Result<LockStatus, Error> {
     let bad = || malformed(Script::Status, v);
     let Value::Array(items) = v else {

@@ -19,16 +19,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::base::{
     Base, Commands, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
 };
-use crate::engine::{Config, HoldInfo};
+use crate::config::Config;
+use crate::status::HoldInfo;
 use crate::error::Error;
-use crate::redis::owner_token;
+use crate::owner::owner_token;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
 use crate::types::{
     Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Reply,
     RequestId, Response, Wait,
 };
-use crate::zk::{self, ZkOp, ZkReply, ZkSettings};
+use crate::config::ZkSettings;
+use crate::zk::{self, ZkOp, ZkReply};
 
 #[derive(Debug)]
 struct Tenure {

@@ -13,39 +13,17 @@ pub(crate) mod machine;
 pub mod reference;
 
 use core::fmt::Write as _;
-use core::time::Duration;
 
 use crate::error::Error;
-use crate::redis::LockStatus;
+use crate::status::LockStatus;
 
 /// Version of the node layout in this module.
 pub const PROTOCOL_VERSION: u32 = 1;
-
-/// Where lock nodes live unless configured otherwise.
-pub const DEFAULT_ROOT: &str = "/dlock";
 
 /// What separates the owner token from the server's sequence number in a contender's name:
 /// a lock's, a permit's or a writer's node, and a reader's of a read-write lock.
 const LOCK_MARK: &str = "-lock-";
 const READ_MARK: &str = "-read-";
-
-/// ZooKeeper settings of an engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkSettings {
-    /// The parent of every lock's node, e.g. `/dlock`.
-    pub root: String,
-    /// The session timeout the server granted: the lease of every lock this engine holds.
-    pub session_timeout: Duration,
-}
-
-impl ZkSettings {
-    pub fn new(session_timeout: Duration) -> Self {
-        Self {
-            root: DEFAULT_ROOT.to_owned(),
-            session_timeout,
-        }
-    }
-}
 
 /// Checks a root path: absolute, no trailing `/`, no empty, `.` or `..` component.
 pub fn check_root(root: &str) -> Result<(), Error> {

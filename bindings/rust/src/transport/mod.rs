@@ -8,7 +8,7 @@ mod zk;
 use std::future::Future;
 use std::pin::Pin;
 
-use dlock_core::zk::ZkSettings;
+use dlock_core::ZkSettings;
 use dlock_core::{Input, Op, Protocol, Reply, TransportError};
 use tokio::sync::mpsc::UnboundedSender;
 
