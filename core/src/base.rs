@@ -8,8 +8,7 @@ use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
 use crate::types::{
-    Acquire, Command, Event, HoldId, Kind, Op, OpId, Output, Primitive, Reply, Request, RequestId,
-    Response,
+    Acquire, Event, Kind, Op, OpId, Output, Primitive, Reply, Request, RequestId, Response,
 };
 
 /// A request under way: when it was sent and what the machine wanted of it.
@@ -20,12 +19,12 @@ pub(crate) struct InFlight<P> {
 }
 
 #[derive(Debug)]
-pub(crate) struct Base<P> {
+pub(crate) struct Base<P, T> {
     pub(crate) now: Instant,
     pub(crate) request_timeout: Duration,
     next_request: u64,
     pub(crate) requests: BTreeMap<RequestId, InFlight<P>>,
-    pub(crate) timers: Timers,
+    pub(crate) timers: Timers<T>,
     out: VecDeque<Output>,
     /// Ops that have not had their terminal event yet.
     ops: BTreeSet<OpId>,
@@ -33,7 +32,7 @@ pub(crate) struct Base<P> {
     pub(crate) closed: bool,
 }
 
-impl<P> Base<P> {
+impl<P, T: Copy + Ord> Base<P, T> {
     pub(crate) fn new(now: Instant, request_timeout: Duration) -> Self {
         Self {
             now,
@@ -48,7 +47,7 @@ impl<P> Base<P> {
     }
 
     /// Moves the clock forward (never back) and returns the next timer due, if any.
-    pub(crate) fn due(&mut self, now: Instant) -> Option<Timer> {
+    pub(crate) fn due(&mut self, now: Instant) -> Option<Timer<T>> {
         self.now = self.now.max(now);
         self.timers.pop_due(self.now)
     }
@@ -106,26 +105,6 @@ impl<P> Base<P> {
     }
 
     /// Emits a terminal event and frees its op id.
-    /// Ends now, with `error`, the commands of the requests under way that `detach` picks:
-    /// it returns the command's op and turns the purpose into one whose reply is ignored.
-    pub(crate) fn fail_in_flight(
-        &mut self,
-        error: &Error,
-        mut detach: impl FnMut(&mut P) -> Option<OpId>,
-    ) {
-        let ops: Vec<OpId> = self
-            .requests
-            .values_mut()
-            .filter_map(|req| detach(&mut req.purpose))
-            .collect();
-        for op in ops {
-            self.finish(Event::Failed {
-                op,
-                error: error.clone(),
-            });
-        }
-    }
-
     pub(crate) fn finish(&mut self, event: Event) {
         if let Some(op) = event.terminal_op() {
             self.ops.remove(&op);
@@ -147,43 +126,6 @@ impl<P> Base<P> {
         self.closed = true;
         self.timers = Timers::default();
         std::mem::take(&mut self.requests).into_values().collect()
-    }
-}
-
-/// What a backend's machine does with each command. [`dispatch`] is the one place that hands
-/// commands to it.
-pub(crate) trait Commands {
-    type Purpose;
-    fn base(&mut self) -> &mut Base<Self::Purpose>;
-    fn acquire(&mut self, a: Acquire) -> Result<(), Error>;
-    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error>;
-    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error>;
-    /// Ends the pending acquire `op`, if there is one.
-    fn cancel(&mut self, op: OpId);
-}
-
-/// Runs `cmd` on machine `m`: a cancel at once; any other command once its op id is
-/// registered ([`Base::begin`]), ending it with [`Event::Failed`] if the machine refuses it.
-pub(crate) fn dispatch<M: Commands>(m: &mut M, cmd: Command) {
-    let op = cmd.op();
-    if let Command::Cancel { .. } = cmd {
-        return m.cancel(op);
-    }
-    if !m.base().begin(op) {
-        return;
-    }
-    let result = match cmd {
-        Command::Acquire(a) => m.acquire(a),
-        Command::Release { op, hold } => m.release(op, hold),
-        Command::Extend { op, hold, lease } => m.extend(op, hold, lease),
-        // The engine makes multi-locks of the machine's locks and never hands one on.
-        Command::AcquireMulti(_) => Err(Error::InvalidArgument(
-            "a backend's machine takes no multi-lock; the engine does".into(),
-        )),
-        Command::Cancel { .. } => Ok(()),
-    };
-    if let Err(error) = result {
-        m.base().finish(Event::Failed { op, error });
     }
 }
 

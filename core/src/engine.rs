@@ -1,13 +1,17 @@
 //! The lock engine: one sans-IO state machine per backend protocol behind one interface.
 
 use crate::base::unpack;
-use crate::error::Error;
-use crate::multi::{Multis, ToMachine};
 use crate::config::{Config, Protocol};
+use crate::error::Error;
+use crate::lock::Machine;
+use crate::multi::{Multis, ToMachine};
+use crate::redis::machine::Redis;
+use crate::redlock::machine::Redlock;
 use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
 use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
-use crate::{redis, redlock, zk};
+use crate::zk::machine::Zk;
+use crate::{redis, zk};
 
 impl Protocol {
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
@@ -46,9 +50,9 @@ impl Protocol {
 
 #[derive(Debug)]
 enum Inner {
-    Redis(redis::machine::Machine),
-    Zk(zk::machine::Machine),
-    Redlock(redlock::Machine),
+    Redis(Machine<Redis>),
+    Zk(Machine<Zk>),
+    Redlock(Machine<Redlock>),
 }
 
 /// The sans-IO lock engine.
@@ -64,10 +68,17 @@ pub struct Engine {
     multis: Multis,
 }
 
-/// Runs `$body` with `$m` bound to the engine's machine, whichever backend it speaks: both
-/// machines have the same methods (`command`, `reply`, `notice`, `timer`, `hold`, `base`).
+/// Runs `$body` with `$m` bound to the engine's machine, whichever backend it speaks: each is
+/// a [`Machine`] of the one lock lifecycle.
 macro_rules! with_machine {
     ($engine:expr, $m:ident => $body:expr) => {
+        match &$engine.inner {
+            Inner::Redis($m) => $body,
+            Inner::Zk($m) => $body,
+            Inner::Redlock($m) => $body,
+        }
+    };
+    (mut $engine:expr, $m:ident => $body:expr) => {
         match &mut $engine.inner {
             Inner::Redis($m) => $body,
             Inner::Zk($m) => $body,
@@ -81,13 +92,9 @@ impl Engine {
     /// channel.
     pub fn new(config: Config, now: Instant) -> Result<Self, Error> {
         let inner = match &config.protocol {
-            Protocol::Redis => Inner::Redis(redis::machine::Machine::new(&config, now)?),
-            Protocol::ZooKeeper(settings) => {
-                Inner::Zk(zk::machine::Machine::new(&config, settings, now)?)
-            }
-            Protocol::Redlock { nodes } => {
-                Inner::Redlock(redlock::Machine::new(&config, *nodes, now)?)
-            }
+            Protocol::Redis => Inner::Redis(Redis::machine(&config, now)?),
+            Protocol::ZooKeeper(settings) => Inner::Zk(Zk::machine(&config, settings, now)?),
+            Protocol::Redlock { nodes } => Inner::Redlock(Redlock::machine(&config, *nodes, now)?),
         };
         Ok(Self {
             config,
@@ -107,11 +114,7 @@ impl Engine {
 
     /// A snapshot of a held lock, `None` if it is not held.
     pub fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
-        match &self.inner {
-            Inner::Redis(m) => m.hold(hold),
-            Inner::Zk(m) => m.hold(hold),
-            Inner::Redlock(m) => m.hold(hold),
-        }
+        with_machine!(self, m => m.hold(hold))
     }
 
     /// Feeds one input. Timers due at `now` run first, so a late reply can never revive a
@@ -122,12 +125,12 @@ impl Engine {
             Input::Command(cmd) => {
                 let in_use = with_machine!(self, m => m.base_ref().in_use(cmd.op()));
                 if let Some(cmd) = self.multis.command(cmd, in_use) {
-                    with_machine!(self, m => crate::base::dispatch(m, cmd));
+                    with_machine!(mut self, m => m.command(cmd));
                 }
                 self.run_multi_commands();
             }
-            Input::Reply { id, reply } => with_machine!(self, m => m.reply(id, reply)),
-            Input::Notice(notice) => with_machine!(self, m => m.notice(notice)),
+            Input::Reply { id, reply } => with_machine!(mut self, m => m.reply(id, reply)),
+            Input::Notice(notice) => with_machine!(mut self, m => m.notice(notice)),
         }
     }
 
@@ -135,9 +138,9 @@ impl Engine {
     fn run_multi_commands(&mut self) {
         while let Some(work) = self.multis.next_command() {
             match work {
-                ToMachine::Command(cmd) => with_machine!(self, m => crate::base::dispatch(m, cmd)),
+                ToMachine::Command(cmd) => with_machine!(mut self, m => m.command(cmd)),
                 ToMachine::Lapse(hold) => {
-                    with_machine!(self, m => m.lose(hold.0, LostReason::Expired))
+                    with_machine!(mut self, m => m.lose(hold.0, LostReason::Expired))
                 }
             }
         }
@@ -145,7 +148,7 @@ impl Engine {
 
     /// Runs every timer due at `now`. Call it when [`poll_timeout`](Self::poll_timeout) has passed.
     pub fn handle_timeout(&mut self, now: Instant) {
-        with_machine!(self, m => while let Some(timer) = m.base().due(now) {
+        with_machine!(mut self, m => while let Some(timer) = m.base().due(now) {
             m.timer(timer);
         })
     }
@@ -157,7 +160,7 @@ impl Engine {
             if let Some(event) = self.multis.next_event() {
                 return Some(Output::Event(event));
             }
-            match with_machine!(self, m => m.base().poll_output())? {
+            match with_machine!(mut self, m => m.base().poll_output())? {
                 Output::Event(event) if self.multis.claims(&event) => {
                     self.multis.event(event);
                     self.run_multi_commands();
@@ -170,10 +173,6 @@ impl Engine {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next, `None` if no timer is set.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.inner {
-            Inner::Redis(m) => m.base_ref().timers.next(),
-            Inner::Zk(m) => m.base_ref().timers.next(),
-            Inner::Redlock(m) => m.base_ref().timers.next(),
-        }
+        with_machine!(self, m => m.base_ref().timers.next())
     }
 }

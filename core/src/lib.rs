@@ -72,12 +72,12 @@ mod config;
 mod engine;
 mod error;
 mod ids;
+mod lock;
 pub mod multi;
 mod owner;
 pub mod redis;
 pub mod redlock;
 mod status;
-mod tenures;
 mod time;
 mod timers;
 mod types;
@@ -86,11 +86,11 @@ pub mod zk;
 pub use base::check_name;
 pub use config::{Config, DEFAULT_ZK_ROOT, Protocol, ZkSettings};
 pub use engine::Engine;
-pub use owner::{owner_token, token_seq};
-pub use status::{HoldInfo, LockStatus};
 pub use error::{
     Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, TransportError,
 };
+pub use owner::{owner_token, token_seq};
+pub use status::{HoldInfo, LockStatus};
 pub use time::{Instant, drift};
 pub use types::{
     Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, Kind, LostReason, Member,

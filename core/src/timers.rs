@@ -1,12 +1,16 @@
-//! The engine's timer table: at most one deadline per (kind, subject), earliest first.
+//! The engine's timer table: at most one deadline per timer, earliest first.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::time::Instant;
 
-/// What a timer is for. The `u64` is a hold's sequence number or a request id.
+/// What a timer is for: the lifecycle's own, or one of the backend's (`T`). The `u64` is a
+/// tenure's sequence number or a request id.
+///
+/// Timers due at the same instant run in this order (the derived `Ord`): requests first, then
+/// the holds' timers, then the backend's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Timer {
+pub(crate) enum Timer<T> {
     /// A request got no reply in time.
     Request(u64),
     /// A held lock is due for renewal.
@@ -17,40 +21,40 @@ pub(crate) enum Timer {
     MaxHold(u64),
     /// A pending acquire's wait deadline.
     WaitDeadline(u64),
-    /// A queued waiter renews its waiter lease (and learns of a missed hand-off).
-    Refresh(u64),
-    /// Try the wake-up subscription again.
-    Subscribe,
-    /// ZooKeeper: the validity of every hold, which the session's latest confirmation
-    /// bounds, runs out.
-    Session,
-    /// ZooKeeper: confirm the session again.
-    Heartbeat,
-    /// ZooKeeper: try the deletes of abandoned nodes again.
-    Cleanup,
+    /// One of the backend's own.
+    Backend(T),
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Timers {
-    by_time: BTreeSet<(Instant, Timer)>,
-    by_timer: BTreeMap<Timer, Instant>,
+#[derive(Debug)]
+pub(crate) struct Timers<T> {
+    by_time: BTreeSet<(Instant, Timer<T>)>,
+    by_timer: BTreeMap<Timer<T>, Instant>,
 }
 
-impl Timers {
-    pub(crate) fn set(&mut self, timer: Timer, at: Instant) {
+impl<T> Default for Timers<T> {
+    fn default() -> Self {
+        Self {
+            by_time: BTreeSet::new(),
+            by_timer: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Copy + Ord> Timers<T> {
+    pub(crate) fn set(&mut self, timer: Timer<T>, at: Instant) {
         if let Some(old) = self.by_timer.insert(timer, at) {
             self.by_time.remove(&(old, timer));
         }
         self.by_time.insert((at, timer));
     }
 
-    pub(crate) fn clear(&mut self, timer: Timer) {
+    pub(crate) fn clear(&mut self, timer: Timer<T>) {
         if let Some(old) = self.by_timer.remove(&timer) {
             self.by_time.remove(&(old, timer));
         }
     }
 
-    pub(crate) fn is_set(&self, timer: Timer) -> bool {
+    pub(crate) fn is_set(&self, timer: Timer<T>) -> bool {
         self.by_timer.contains_key(&timer)
     }
 
@@ -59,7 +63,7 @@ impl Timers {
     }
 
     /// Removes and returns the earliest timer due at `now`.
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Timer> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Timer<T>> {
         let &(at, timer) = self.by_time.first()?;
         if at > now {
             return None;
@@ -70,12 +74,12 @@ impl Timers {
     }
 
     /// Removes every timer due by `horizon` that `pick` maps to a value, earliest first.
-    pub(crate) fn take_until<T>(
+    pub(crate) fn take_until<V>(
         &mut self,
         horizon: Instant,
-        pick: impl Fn(Timer) -> Option<T>,
-    ) -> Vec<T> {
-        let picked: Vec<(Instant, Timer, T)> = self
+        pick: impl Fn(Timer<T>) -> Option<V>,
+    ) -> Vec<V> {
+        let picked: Vec<(Instant, Timer<T>, V)> = self
             .by_time
             .iter()
             .take_while(|(at, _)| *at <= horizon)

@@ -200,6 +200,24 @@ pub enum Response {
     Zk(ZkReply),
 }
 
+impl Response {
+    /// The Redis value, or the response back if it is ZooKeeper's.
+    pub(crate) fn redis(self) -> Result<Value, Response> {
+        match self {
+            Response::Redis(v) => Ok(v),
+            other => Err(other),
+        }
+    }
+
+    /// The ZooKeeper reply, or the response back if it is Redis's.
+    pub(crate) fn zk(self) -> Result<ZkReply, Response> {
+        match self {
+            Response::Zk(r) => Ok(r),
+            other => Err(other),
+        }
+    }
+}
+
 /// The transport's answer to a [`Request`].
 pub type Reply = Result<Response, TransportError>;
 

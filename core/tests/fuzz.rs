@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use dlock_core::redis::{self, Value};
 use dlock_core::ZkSettings;
+use dlock_core::redis::{self, Value};
 use dlock_core::zk::{self, ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use dlock_core::redis::reference::Store;
 use dlock_core::LockStatus;
+use dlock_core::redis::reference::Store;
 use dlock_core::redis::{LockKeys, RedisOp, Script, Value};
 use dlock_core::redlock::{merge_status, quorum};
 use dlock_core::{

@@ -49,9 +49,9 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, AcquireMulti, ClientId, ZkSettings, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
+    Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
     LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError,
-    Wait,
+    Wait, ZkSettings,
 };
 use dlock_testkit::Rng;
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use dlock_core::zk::reference::{SessionId, Store};
 use dlock_core::ZkSettings;
+use dlock_core::zk::reference::{SessionId, Store};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind,
@@ -590,7 +590,13 @@ fn a_failed_create_parents_is_tried_again() {
     let create = next(&mut engine);
     assert!(matches!(create.op, Op::Zk(ZkOp::CreateSequential { .. })));
     let reply = Ok(Response::Zk(ZkReply::NoNode));
-    engine.handle_input(now, Input::Reply { id: create.id, reply });
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: create.id,
+            reply,
+        },
+    );
     let parents = next(&mut engine);
     assert!(matches!(parents.op, Op::Zk(ZkOp::CreateParents { .. })));
     fail(&mut engine, now, parents.id);
@@ -599,14 +605,26 @@ fn a_failed_create_parents_is_tried_again() {
     now = engine.poll_timeout().expect("a retry is scheduled");
     engine.handle_timeout(now);
     let again = next(&mut engine);
-    assert!(matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })), "{again:?}");
+    assert!(
+        matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })),
+        "{again:?}"
+    );
     let reply = Ok(Response::Zk(ZkReply::NoNode));
-    engine.handle_input(now, Input::Reply { id: again.id, reply });
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: again.id,
+            reply,
+        },
+    );
     let parents = next(&mut engine);
     fail(&mut engine, now, parents.id);
 
     // So does a reconnect, without waiting for the timer.
     engine.handle_input(now, Input::Notice(Notice::Connected));
     let again = next(&mut engine);
-    assert!(matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })), "{again:?}");
+    assert!(
+        matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })),
+        "{again:?}"
+    );
 }

@@ -15,8 +15,8 @@ use core::fmt;
 use core::fmt::Write as _;
 use std::time::Duration;
 
-use dlock_core::redis::{RedisOp, Value};
 use dlock_core::ZkSettings;
+use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,

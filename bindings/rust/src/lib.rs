@@ -33,8 +33,8 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, MultiGuard,
     MultiLockBuilder, RwLockBuilder, SharedGuard,
 };
-pub use dlock_core::Member;
 pub use dlock_core::LockStatus;
+pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
 pub use error::{Error, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};

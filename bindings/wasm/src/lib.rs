@@ -11,8 +11,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use dlock_core as core_;
-use dlock_core::redis::{RedisOp, Script as CoreScript, Value};
 use dlock_core::ZkSettings;
+use dlock_core::redis::{RedisOp, Script as CoreScript, Value};
 use dlock_core::zk::{ZkOp as CoreZkOp, ZkReply as CoreZkReply};
 
 /// The generated bindings and ABI glue: the only unsafe code in the crate, none of it written

@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dlock::json::{config_to_json, input_to_json, output_to_json};
+use dlock_core::ZkSettings;
 use dlock_core::redis::reference::Store as RedisStore;
 use dlock_core::redis::{RedisOp, Value};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
-use dlock_core::ZkSettings;
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,

@@ -1,53 +1,184 @@
-//! The machine behind a Redis backend: reentrant, leased, fenced mutexes with FIFO hand-off
-//! over the scripts of [`crate::redis`].
+//! The Redis backend: reentrant, leased, fenced mutexes, semaphores and read-write locks with
+//! FIFO hand-off over the scripts of [`crate::redis`], as a strategy of the lock lifecycle
+//! ([`crate::lock`]).
+//!
+//! A pending acquire runs ACQUIRE (PERMIT-, RW-ACQUIRE) until the server grants it: first to
+//! try or to join the queue, then to refresh its place there, which keeps its waiter lease
+//! alive. The releasing script hands the lock to the first live waiter and wakes it on its
+//! engine's channel; the hold it hands over lasts until the waiter's own deadline, which its
+//! latest answered ACQUIRE set (PROTOCOL.md §5). The server counts a hold's levels, so a
+//! reentry and the release of a level are requests too.
 
 use core::time::Duration;
 
-use crate::base::{
-    Base, Commands, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
-};
+use crate::base::{InFlight, check_lease, retry_delay};
 use crate::config::Config;
-use crate::status::HoldInfo;
 use crate::error::Error;
+use crate::ids::ClientId;
+use crate::lock::tenures::{Held, State, Tenure, Tenures};
+use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::{owner_token, token_seq};
 use crate::redis::{
-    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwKeys, SemaphoreKeys,
-    Value, Wake,
+    self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwHold, RwKeys,
+    SemaphoreKeys, Value, Wake,
 };
-use crate::tenures::{self, Held, Target, Tenures};
-use crate::time::{Instant, drift};
-use crate::timers::Timer;
+use crate::time::Instant;
 use crate::types::{
-    Acquire, ClientId, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive,
-    Reply, RequestId, Response, Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
+    Wait,
 };
 
-type Tenure = tenures::Tenure<Pending>;
-type State = tenures::State<Pending>;
-
+/// What a Redis tenure is on the server.
 #[derive(Debug)]
-struct Pending {
-    op: OpId,
-    wait: Wait,
-    /// Mode of the next ACQUIRE: `Wait` until the server has queued us, then `Refresh`.
-    mode: Mode,
-    /// Send time of the latest ACQUIRE the server answered with "queued", and the lock's
-    /// latest fencing token when it ran. A hand-off with a larger token happened after that
-    /// request ran, so its send time bounds the hand-off from below.
-    queued: Option<(Instant, u64)>,
-    /// The fencing token of a hand-off notice not yet acted on (it arrived while a request
-    /// was under way, whose reply may prove it fresh).
-    woken: Option<u64>,
-    /// A non-fair release freed the lock and woke us while a request was under way: look
-    /// again as soon as it is answered.
-    free: bool,
-    in_flight: bool,
+pub(crate) struct Keys {
+    /// The lock's keys; for a permit or a read-write hold, `lock` is the hold's own hash.
+    pub(crate) keys: LockKeys,
+    pub(crate) target: Target,
+    /// How its acquires and its final release treat waiters.
+    pub(crate) fairness: Fairness,
 }
 
-impl tenures::Pending for Pending {
-    fn op(&self) -> OpId {
-        self.op
+/// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock.
+#[derive(Debug)]
+pub(crate) enum Target {
+    Lock,
+    Permit {
+        keys: SemaphoreKeys,
+        permits: u32,
+    },
+    Rw {
+        keys: RwKeys,
+        write: bool,
+        /// A read hold beside the same owner's write hold: that hold's owner token.
+        downgrade: Option<String>,
+    },
+}
+
+impl Keys {
+    /// The (PERMIT- or RW-)ACQUIRE of tenure `token` at `count` levels.
+    fn acquire(
+        &self,
+        token: &str,
+        lease: Duration,
+        count: u32,
+        mode: Mode,
+        waiter_lease: Duration,
+    ) -> RedisOp {
+        match &self.target {
+            Target::Lock => redis::acquire(
+                &self.keys,
+                token,
+                lease,
+                count,
+                mode,
+                waiter_lease,
+                self.fairness,
+            ),
+            Target::Permit { keys, permits } => redis::permit_acquire(
+                keys,
+                token,
+                lease,
+                *permits,
+                mode,
+                waiter_lease,
+                self.fairness,
+            ),
+            Target::Rw { .. } => {
+                redis::rw_acquire(&self.rw_hold(token), lease, count, mode, waiter_lease)
+            }
+        }
     }
+
+    /// The RELEASE down to `count` levels (a permit has one).
+    fn release(&self, token: &str, count: u32) -> RedisOp {
+        match &self.target {
+            Target::Lock => redis::release(&self.keys, token, count, self.fairness),
+            Target::Permit { keys, .. } => redis::permit_release(keys, token, self.fairness),
+            Target::Rw { .. } => redis::rw_release(&self.rw_hold(token), count),
+        }
+    }
+
+    /// The DEQUEUE of a waiter that gives up.
+    fn dequeue(&self, token: &str) -> RedisOp {
+        match &self.target {
+            Target::Lock => redis::dequeue(&self.keys, token),
+            Target::Permit { keys, .. } => redis::permit_dequeue(keys, token),
+            Target::Rw { .. } => redis::rw_dequeue(&self.rw_hold(token)),
+        }
+    }
+
+    fn rw_hold<'a>(&'a self, token: &'a str) -> RwHold<'a> {
+        let Target::Rw {
+            keys,
+            write,
+            downgrade,
+        } = &self.target
+        else {
+            unreachable!("only a read-write tenure has a read-write hold")
+        };
+        RwHold {
+            keys,
+            token,
+            write: *write,
+            downgrade: downgrade.as_deref(),
+        }
+    }
+}
+
+/// One EXTEND for `items` (hold, lease), each asking the server to keep its lock for the
+/// lease plus `lock_delay` (one Redis, and every node of Redlock).
+pub(crate) fn extend<B: Backend>(
+    tenures: &Tenures<B>,
+    items: &[(u64, Duration)],
+    lock_delay: Duration,
+    keys: impl Fn(&B::Tenure) -> &LockKeys,
+) -> RedisOp {
+    redis::extend(items.iter().map(|(s, lease)| {
+        let t = tenures
+            .get(*s)
+            .expect("a hold being renewed is in the index");
+        (
+            keys(&t.data).lock.as_str(),
+            t.token.as_str(),
+            *lease + lock_delay,
+        )
+    }))
+}
+
+/// Where a pending acquire stands in the lock's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// A try-acquire: never queued (ACQUIRE `try`).
+    Try,
+    /// Not in the queue yet, or dropped from it: the next ACQUIRE joins (`wait`).
+    Joining,
+    /// In the queue since an ACQUIRE sent at `at` ran, when the lock's latest fencing token
+    /// was `latest`: the next ACQUIRE refreshes the place (`refresh`). A hand-off with a
+    /// larger token happened after that request ran, so `at` bounds it from below.
+    Queued { at: Instant, latest: u64 },
+}
+
+impl Place {
+    fn mode(self) -> Mode {
+        match self {
+            Place::Try => Mode::Try,
+            Place::Joining => Mode::Wait,
+            Place::Queued { .. } => Mode::Refresh,
+        }
+    }
+}
+
+/// A pending acquire. While `asking`, notices wait for the reply, which may prove them fresh:
+/// `woken` keeps a hand-off's fencing token, `free` a non-fair release that freed the lock.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    place: Place,
+    /// An ACQUIRE of it is under way.
+    asking: bool,
+    /// The fencing token of a hand-off notice not yet acted on.
+    woken: Option<u64>,
+    /// Look again as soon as the ACQUIRE under way is answered.
+    free: bool,
 }
 
 #[derive(Debug)]
@@ -82,170 +213,190 @@ pub(crate) enum Purpose {
     Subscribe,
 }
 
-/// The Redis protocol's machine: [`Engine`](crate::Engine) runs it for a Redis backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum RedisTimer {
+    /// A queued waiter renews its waiter lease (and learns of a missed hand-off), or a failed
+    /// ACQUIRE is tried again.
+    Refresh(u64),
+    /// Try the wake-up subscription again.
+    Subscribe,
+}
+
+/// The Redis protocol's strategy.
 #[derive(Debug)]
-pub(crate) struct Machine {
-    base: Base<Purpose>,
+pub(crate) struct Redis {
     client_id: ClientId,
     waiter_lease: Duration,
     /// Added to every lease the server is asked to keep (not to the holder's validity).
     lock_delay: Duration,
-    max_batch: usize,
     channel: String,
-    next_seq: u64,
-    tenures: Tenures<Pending>,
 }
 
-impl Machine {
-    /// A new machine at time `now`. Its first output subscribes to its wake-up channel.
-    pub(crate) fn new(config: &Config, now: Instant) -> Result<Self, Error> {
+type Life = Lifecycle<Redis>;
+
+impl Redis {
+    /// A machine at time `now`. Its first output subscribes to its wake-up channel.
+    pub(crate) fn machine(config: &Config, now: Instant) -> Result<Machine<Redis>, Error> {
         check_lease(config.waiter_lease)?;
         check_lease(config.request_timeout)?;
         if !config.lock_delay.is_zero() {
             check_lease(config.lock_delay)?;
         }
-        let mut machine = Self {
-            base: Base::new(now, config.request_timeout),
+        let redis = Redis {
             client_id: config.client_id,
             waiter_lease: config.waiter_lease,
             lock_delay: config.lock_delay,
-            max_batch: config.max_batch.max(1),
             channel: redis::wake_channel(config.client_id),
-            next_seq: 1,
-            tenures: Tenures::new(),
         };
-        machine.subscribe();
-        Ok(machine)
+        Ok(Machine::new(
+            config,
+            redis,
+            config.request_timeout,
+            now,
+            Redis::subscribe,
+        ))
     }
 
-    // --- replies ---
-
-    fn on_reply(&mut self, req: InFlight<Purpose>, reply: Result<Value, Error>) {
-        let sent = req.sent_at;
-        match req.purpose {
-            Purpose::Acquire { seq, mode } => self.on_acquire(seq, mode, sent, reply),
-            Purpose::Reenter { seq, op, lease } => self.on_reenter(seq, op, lease, sent, reply),
-            Purpose::Renew { items } => self.on_renew(items, sent, reply),
-            Purpose::Release { seq, op, count } => self.on_release(seq, op, count, reply),
-            Purpose::Extend { seq, op, lease } => self.on_extend(seq, op, lease, sent, reply),
-            Purpose::Cleanup => {}
-            Purpose::Subscribe => {
-                if reply.is_err() {
-                    self.base
-                        .timers
-                        .set(Timer::Subscribe, self.base.now + self.retry_delay());
-                }
-            }
-        }
+    fn subscribe(&mut self, life: &mut Life) {
+        let channel = self.channel.clone();
+        life.send(
+            Op::Redis(RedisOp::Subscribe { channel }),
+            Purpose::Subscribe,
+        );
     }
 
-    fn on_acquire(&mut self, seq: u64, mode: Mode, sent: Instant, reply: Result<Value, Error>) {
-        let Some(t) = self.tenures.get_mut(seq) else {
+    fn send(life: &mut Life, op: RedisOp, purpose: Purpose) {
+        life.send(Op::Redis(op), purpose);
+    }
+
+    /// The waiter lease of one acquire: the client's, but never longer than the lease asked
+    /// for. A hand-off gives the waiter a tenure that lasts what is left of its waiter lease,
+    /// so this keeps a lock handed to a waiter that dies before it renews from outliving a
+    /// lease. Like the lease, it is sent with the lock-delay added, and the waiter's own
+    /// arithmetic uses it without.
+    fn waiter_lease(&self, lease: Duration) -> Duration {
+        self.waiter_lease.min(lease)
+    }
+
+    /// ACQUIRE of tenure `t` at `count` levels in `mode`.
+    fn acquire_op(&self, t: &Tenure<Redis>, count: u32, mode: Mode) -> RedisOp {
+        t.data.acquire(
+            &t.token,
+            t.lease + self.lock_delay,
+            count,
+            mode,
+            self.waiter_lease(t.lease) + self.lock_delay,
+        )
+    }
+
+    fn send_acquire(&mut self, life: &mut Life, seq: u64) {
+        let Some(t) = life.tenures.get_mut(seq) else {
+            return;
+        };
+        let State::Pending(w) = &mut t.state else {
+            return;
+        };
+        w.state.asking = true;
+        let mode = w.state.place.mode();
+        let req = self.acquire_op(t, 1, mode);
+        life.clear_timer(RedisTimer::Refresh(seq));
+        Redis::send(life, req, Purpose::Acquire { seq, mode });
+    }
+
+    fn on_acquire(
+        &mut self,
+        life: &mut Life,
+        seq: u64,
+        mode: Mode,
+        sent: Instant,
+        reply: Result<Value, Error>,
+    ) {
+        let now = life.now();
+        let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
         let lease = t.lease;
-        let p = match &mut t.state {
-            State::Pending(p) => p,
+        let w = match &mut t.state {
+            State::Pending(w) => w,
             State::Held(_) => {
                 // A hand-off notice won the race; a successful claim still renews the lease.
                 if let Ok(AcquireReply::Acquired { .. }) =
                     reply.and_then(|v| redis::parse_acquire(&v))
                 {
-                    self.renewed(seq, sent, lease, false);
+                    life.renewed(seq, sent, lease, false);
                 }
                 return;
             }
         };
-        p.in_flight = false;
-        let op = p.op;
-        let waiting = p.wait != Wait::No;
+        let (op, waiting) = (w.op, w.wait != Wait::No);
+        let p = &mut w.state;
+        p.asking = false;
         match reply.and_then(|v| redis::parse_acquire(&v)) {
             Ok(AcquireReply::Acquired {
                 fencing_token,
                 count,
             }) => {
-                let valid_until = sent + lease - drift(lease);
-                if valid_until > self.base.now {
-                    self.held(seq, fencing_token, count, valid_until, sent + lease / 3);
+                let valid = valid_until(sent, lease);
+                if valid > now {
+                    let held = Held::new(fencing_token, count, valid, 0);
+                    life.grant(self, seq, held, sent + lease / 3);
                 } else if waiting {
                     // The reply came too late to use; ask again (the owner path renews it).
-                    self.send_acquire(seq);
+                    self.send_acquire(life, seq);
                 } else {
-                    self.abandon(
-                        seq,
-                        Event::Failed {
-                            op,
-                            error: Error::Timeout,
-                        },
-                        true,
-                    );
+                    life.fail(self, seq, Error::Timeout);
                 }
             }
             Ok(AcquireReply::Busy) if mode == Mode::Try => {
-                self.abandon(
-                    seq,
-                    Event::NotAcquired {
-                        op,
-                        reason: NotAcquired::Busy,
-                    },
-                    false,
-                );
+                let reason = NotAcquired::Busy;
+                life.abandon(self, seq, Event::NotAcquired { op, reason }, false);
             }
             Ok(AcquireReply::Queued { latest, expires }) if mode != Mode::Try => {
-                if p.queued.is_none_or(|(at, _)| at < sent) {
-                    p.queued = Some((sent, latest));
+                if !matches!(p.place, Place::Queued { at, .. } if at >= sent) {
+                    p.place = Place::Queued { at: sent, latest };
                 }
-                p.mode = Mode::Refresh;
                 let woken = p.woken.is_some();
                 let free = std::mem::take(&mut p.free);
                 // Refresh our place in the queue in time to keep it, and look again as soon as
                 // the holder's lease runs out: a holder that dies without releasing wakes
                 // nobody, so the queue head must come and take the lock itself.
-                let keep_place = sent + waiter_lease(self.waiter_lease, lease) / 3;
-                let lapse = expires.map(|pttl| self.base.now + pttl + Duration::from_millis(1));
-                let at = lapse
-                    .map_or(keep_place, |l| l.min(keep_place))
-                    .max(self.base.now);
-                self.base.timers.set(Timer::Refresh(seq), at);
+                let keep_place = sent + self.waiter_lease(lease) / 3;
+                let lapse = expires.map(|pttl| now + pttl + Duration::from_millis(1));
+                let at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
+                life.set_timer(RedisTimer::Refresh(seq), at);
                 if woken {
-                    self.take_hand_off(seq);
+                    self.take_hand_off(life, seq);
                 } else if free {
-                    self.send_acquire(seq);
+                    self.send_acquire(life, seq);
                 }
             }
             Ok(AcquireReply::OtherPermits { permits })
-                if matches!(t.target, Target::Permit { .. }) =>
+                if matches!(t.data.target, Target::Permit { .. }) =>
             {
                 let error = Error::InvalidArgument(format!(
                     "semaphore {:?} is in use with {permits} permits",
                     t.name
                 ));
-                self.abandon(seq, Event::Failed { op, error }, false);
+                life.abandon(self, seq, Event::Failed { op, error }, false);
             }
             Ok(AcquireReply::NotQueued) if mode == Mode::Refresh => {
                 // Our place was given up (we were silent longer than the waiter lease): queue again.
-                p.mode = Mode::Wait;
-                p.queued = None;
-                self.send_acquire(seq);
+                p.place = Place::Joining;
+                self.send_acquire(life, seq);
             }
             Ok(other) => {
                 let error =
                     Error::MalformedReply(format!("acquire in mode {mode:?} replied {other:?}"));
-                self.abandon(seq, Event::Failed { op, error }, true);
+                life.fail(self, seq, error);
             }
-            Err(error @ Error::MalformedReply(_)) => {
-                self.abandon(seq, Event::Failed { op, error }, true)
-            }
-            Err(error) if !waiting => self.abandon(seq, Event::Failed { op, error }, true),
-            Err(_) => {
-                let at = self.base.now + self.retry_delay();
-                self.base.timers.set(Timer::Refresh(seq), at);
-            }
+            Err(error @ Error::MalformedReply(_)) => life.fail(self, seq, error),
+            Err(error) => life.retry(self, seq, error, retry_delay(self.waiter_lease)),
         }
     }
 
     fn on_reenter(
         &mut self,
+        life: &mut Life,
         seq: u64,
         op: OpId,
         lease: Duration,
@@ -253,27 +404,21 @@ impl Machine {
         reply: Result<Value, Error>,
     ) {
         let hold = HoldId(seq);
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = self.tenures.get_mut(seq)
-        else {
+        let Some(h) = life.tenures.held_mut(seq) else {
             // Released or lost while the reentry was under way.
-            return self.finish(Event::Failed {
-                op,
-                error: Error::LockLost { hold },
-            });
+            let error = Error::LockLost { hold };
+            return life.finish(Event::Failed { op, error });
         };
-        h.reentering -= 1;
+        h.data -= 1;
         match reply.and_then(|v| redis::parse_acquire(&v)) {
             Ok(AcquireReply::Acquired { fencing_token, .. })
                 if fencing_token == h.fencing_token =>
             {
                 h.count += 1;
                 let count = h.count;
-                self.renewed(seq, sent, lease, false);
-                let valid_until = self.hold(hold).map_or(sent, |info| info.valid_until);
-                self.finish(Event::Acquired {
+                life.renewed(seq, sent, lease, false);
+                let valid_until = life.tenures.held(seq).map_or(sent, |h| h.valid_until);
+                life.finish(Event::Acquired {
                     op,
                     hold,
                     fencing_token,
@@ -286,58 +431,52 @@ impl Machine {
                     "reentry got fencing token {fencing_token}, its tenure has {}",
                     h.fencing_token
                 ));
-                self.finish(Event::Failed { op, error });
+                life.finish(Event::Failed { op, error });
             }
-            Ok(_) => {
-                self.refused(seq, op);
-            }
-            Err(error) => self.finish(Event::Failed { op, error }),
+            Ok(_) => life.refused(self, seq, op),
+            Err(error) => life.finish(Event::Failed { op, error }),
         }
     }
 
     fn on_renew(
         &mut self,
+        life: &mut Life,
         items: Vec<(u64, Duration)>,
         sent: Instant,
         reply: Result<Value, Error>,
     ) {
         let flags = reply.and_then(|v| redis::parse_extend(&v, items.len()));
         for (i, (seq, lease)) in items.into_iter().enumerate() {
-            let Some(Tenure {
-                state: State::Held(h),
-                ..
-            }) = self.tenures.get_mut(seq)
-            else {
-                continue;
+            let outcome = match &flags {
+                Ok(flags) if flags[i] => Renewal::Kept,
+                Ok(_) => Renewal::Refused,
+                Err(_) => Renewal::Failed,
             };
-            h.renewing = false;
-            match &flags {
-                Ok(flags) if flags[i] => self.renewed(seq, sent, lease, true),
-                Ok(_) => self.lose(seq, LostReason::NotOwner),
-                Err(_) => {
-                    // Try again soon; the Expire timer decides when it is too late.
-                    let at = self.base.now + (lease / 10).min(self.retry_delay());
-                    self.base.timers.set(Timer::Renew(seq), at);
-                }
-            }
+            life.renewal(self, seq, lease, sent, outcome);
         }
     }
 
-    fn on_release(&mut self, seq: u64, op: OpId, count: u32, reply: Result<Value, Error>) {
+    fn on_release(
+        &mut self,
+        life: &mut Life,
+        seq: u64,
+        op: OpId,
+        count: u32,
+        reply: Result<Value, Error>,
+    ) {
         let hold = HoldId(seq);
         match reply.and_then(|v| redis::parse_release(&v)) {
             Ok(ReleaseReply::Freed | ReleaseReply::Held { .. }) => {
-                self.finish(Event::Released { op, hold, count })
+                life.finish(Event::Released { op, hold, count })
             }
-            Ok(ReleaseReply::NotOwner) => {
-                self.refused(seq, op);
-            }
-            Err(error) => self.finish(Event::Failed { op, error }),
+            Ok(ReleaseReply::NotOwner) => life.refused(self, seq, op),
+            Err(error) => life.finish(Event::Failed { op, error }),
         }
     }
 
     fn on_extend(
         &mut self,
+        life: &mut Life,
         seq: u64,
         op: OpId,
         lease: Duration,
@@ -345,62 +484,32 @@ impl Machine {
         reply: Result<Value, Error>,
     ) {
         let hold = HoldId(seq);
-        if !matches!(
-            self.tenures.get(seq),
-            Some(Tenure {
-                state: State::Held(_),
-                ..
-            })
-        ) {
-            return self.finish(Event::Failed {
-                op,
-                error: Error::LockLost { hold },
-            });
+        if life.tenures.held(seq).is_none() {
+            let error = Error::LockLost { hold };
+            return life.finish(Event::Failed { op, error });
         }
         match reply.and_then(|v| redis::parse_extend(&v, 1)) {
             Ok(flags) if flags[0] => {
-                if let Some(t) = self.tenures.get_mut(seq) {
+                if let Some(t) = life.tenures.get_mut(seq) {
                     t.lease = lease;
                 }
-                self.renewed(seq, sent, lease, false);
-                if let Some(info) = self.hold(hold) {
-                    self.finish(Event::Extended {
+                life.renewed(seq, sent, lease, false);
+                if let Some(h) = life.tenures.held(seq) {
+                    let valid_until = h.valid_until;
+                    life.finish(Event::Extended {
                         op,
                         hold,
-                        valid_until: info.valid_until,
+                        valid_until,
                     });
                 }
             }
-            Ok(_) => {
-                self.refused(seq, op);
-            }
-            Err(error) => self.finish(Event::Failed { op, error }),
-        }
-    }
-
-    // --- notices ---
-
-    pub(crate) fn notice(&mut self, notice: Notice) {
-        match notice {
-            Notice::Connected => {
-                if !self.base.closed {
-                    self.subscribe();
-                }
-            }
-            Notice::Message { channel, payload } => {
-                if channel == self.channel {
-                    self.wake(&payload);
-                }
-            }
-            Notice::Closed => self.close(),
-            // Held locks keep their local validity, which runs out unless a renewal gets
-            // through after a reconnect. ZooKeeper's notices do not occur on Redis.
-            Notice::Disconnected | Notice::Watch { .. } | Notice::SessionExpired => {}
+            Ok(_) => life.refused(self, seq, op),
+            Err(error) => life.finish(Event::Failed { op, error }),
         }
     }
 
     /// A wake-up: the server handed us the lock, or freed it for us to come and take.
-    fn wake(&mut self, payload: &[u8]) {
+    fn wake(&mut self, life: &mut Life, payload: &[u8]) {
         let (token, hand_off) = match redis::parse_wake(payload) {
             Some(Wake::HandOff {
                 token,
@@ -412,21 +521,18 @@ impl Machine {
         let Some(seq) = token_seq(self.client_id, token) else {
             return;
         };
-        let Some(Tenure {
-            state: State::Pending(p),
-            ..
-        }) = self.tenures.get_mut(seq)
-        else {
+        let Some(w) = life.tenures.pending_mut(seq) else {
             return;
         };
+        let p = &mut w.state;
         match hand_off {
             Some(fencing_token) => {
                 p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
-                self.take_hand_off(seq);
+                self.take_hand_off(life, seq);
             }
-            None if p.in_flight => p.free = true,
+            None if p.asking => p.free = true,
             // Queued (or about to be): ask again now, to take the lock if it is still free.
-            None => self.send_acquire(seq),
+            None => self.send_acquire(life, seq),
         }
     }
 
@@ -435,341 +541,72 @@ impl Machine {
     /// lease — provided the hand-off came after that request ran, which a fencing token
     /// larger than the reply's `latest` proves. A notice older than that reply is stale; one
     /// that cannot be proven either way is claimed with another ACQUIRE.
-    fn take_hand_off(&mut self, seq: u64) {
-        let Some(Tenure {
-            state: State::Pending(p),
-            lease,
-            ..
-        }) = self.tenures.get_mut(seq)
-        else {
+    fn take_hand_off(&mut self, life: &mut Life, seq: u64) {
+        let now = life.now();
+        let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
+        let lease = t.lease;
+        let State::Pending(w) = &mut t.state else {
+            return;
+        };
+        let p = &mut w.state;
         let Some(fencing_token) = p.woken else { return };
-        if p.in_flight {
+        if p.asking {
             return; // its reply decides
         }
         p.woken = None;
-        let wl = waiter_lease(self.waiter_lease, *lease);
-        match p.queued {
-            Some((at, latest)) if fencing_token > latest => {
-                let valid_until = at + wl - drift(wl);
-                if valid_until > self.base.now {
-                    self.held(seq, fencing_token, 1, valid_until, self.base.now);
+        let wl = self.waiter_lease(lease);
+        match p.place {
+            Place::Queued { at, latest } if fencing_token > latest => {
+                let valid = valid_until(at, wl);
+                if valid > now {
+                    life.grant(self, seq, Held::new(fencing_token, 1, valid, 0), now);
                 } else {
-                    self.send_acquire(seq);
+                    self.send_acquire(life, seq);
                 }
             }
-            Some(_) => {} // stale: that hand-off ended before our latest request ran
-            None => self.send_acquire(seq),
+            Place::Queued { .. } => {} // stale: that hand-off ended before our latest request ran
+            Place::Try | Place::Joining => self.send_acquire(life, seq),
         }
-    }
-
-    fn close(&mut self) {
-        self.base.closed = true;
-        let seqs = self.tenures.seqs();
-        for seq in seqs {
-            match self.tenures.get(seq).map(|t| &t.state) {
-                Some(State::Held(_)) => self.lose(seq, LostReason::Closed),
-                Some(State::Pending(p)) => {
-                    let op = p.op;
-                    self.abandon(
-                        seq,
-                        Event::Failed {
-                            op,
-                            error: Error::Closed,
-                        },
-                        false,
-                    );
-                }
-                None => {}
-            }
-        }
-        for req in self.base.close() {
-            match req.purpose {
-                Purpose::Reenter { op, .. }
-                | Purpose::Release { op, .. }
-                | Purpose::Extend { op, .. } => {
-                    self.finish(Event::Failed {
-                        op,
-                        error: Error::Closed,
-                    });
-                }
-                _ => {}
-            }
-        }
-    }
-
-    // --- timers ---
-
-    pub(crate) fn timer(&mut self, timer: Timer) {
-        match timer {
-            Timer::Request(id) => {
-                if let Some(req) = self.base.requests.remove(&RequestId(id)) {
-                    self.on_reply(req, Err(Error::Timeout));
-                }
-            }
-            Timer::Renew(seq) => self.renew_batch(seq),
-            Timer::Expire(seq) => self.lose(seq, LostReason::Expired),
-            Timer::MaxHold(seq) => self.lose(seq, LostReason::MaxHold),
-            Timer::WaitDeadline(seq) => {
-                if let Some(Tenure {
-                    state: State::Pending(p),
-                    ..
-                }) = self.tenures.get(seq)
-                {
-                    let op = p.op;
-                    self.abandon(
-                        seq,
-                        Event::NotAcquired {
-                            op,
-                            reason: NotAcquired::TimedOut,
-                        },
-                        true,
-                    );
-                }
-            }
-            Timer::Refresh(seq) => {
-                if let Some(Tenure {
-                    state: State::Pending(p),
-                    ..
-                }) = self.tenures.get(seq)
-                    && !p.in_flight
-                {
-                    self.send_acquire(seq);
-                }
-            }
-            Timer::Subscribe => self.subscribe(),
-            Timer::Session | Timer::Heartbeat | Timer::Cleanup => {}
-        }
-    }
-
-    /// Renews `seq` and, in the same requests, every other hold due with it.
-    fn renew_batch(&mut self, seq: u64) {
-        let items = self
-            .tenures
-            .due_renewals(seq, self.base.now, &mut self.base.timers);
-        for chunk in items.chunks(self.max_batch) {
-            let req = self.tenures.extend(chunk, self.lock_delay);
-            self.send(
-                req,
-                Purpose::Renew {
-                    items: chunk.to_vec(),
-                },
-            );
-        }
-    }
-
-    // --- state changes ---
-
-    fn send_acquire(&mut self, seq: u64) {
-        let Some(t) = self.tenures.get_mut(seq) else {
-            return;
-        };
-        let State::Pending(p) = &mut t.state else {
-            return;
-        };
-        p.in_flight = true;
-        let mode = p.mode;
-        let req = t.acquire(
-            t.lease + self.lock_delay,
-            1,
-            mode,
-            waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
-        );
-        self.base.timers.clear(Timer::Refresh(seq));
-        self.send(req, Purpose::Acquire { seq, mode });
-    }
-
-    /// A pending tenure becomes held: the acquire's terminal event.
-    fn held(
-        &mut self,
-        seq: u64,
-        fencing_token: u64,
-        count: u32,
-        valid_until: Instant,
-        renew_at: Instant,
-    ) {
-        let (now, timers) = (self.base.now, &mut self.base.timers);
-        let held = Held::new(fencing_token, count, valid_until);
-        let Some(op) = self.tenures.grant(seq, held, renew_at, now, timers) else {
-            return;
-        };
-        self.finish(Event::Acquired {
-            op,
-            hold: HoldId(seq),
-            fencing_token,
-            valid_until,
-            count,
-        });
-    }
-
-    /// The server kept `seq` for `lease` from a request sent at `sent`.
-    fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
-        let (now, timers) = (self.base.now, &mut self.base.timers);
-        let Some(valid_until) = self.tenures.renewed(seq, sent, lease, now, timers) else {
-            return;
-        };
-        if announce {
-            self.event(Event::Renewed {
-                hold: HoldId(seq),
-                valid_until,
-            });
-        }
-    }
-
-    /// A held tenure is gone. Anything we may still hold on the server is given back — except
-    /// a lease that ran out under lock-delay: the application may still be at work (it was
-    /// paused, say), and the delay exists to keep the next holder away from it.
-    pub(crate) fn lose(&mut self, seq: u64, reason: LostReason) {
-        if !matches!(
-            self.tenures.get(seq),
-            Some(Tenure {
-                state: State::Held(_),
-                ..
-            })
-        ) {
-            return;
-        }
-        let Some(t) = self.forget(seq) else { return };
-        let give_back = match reason {
-            LostReason::Expired => self.lock_delay.is_zero(),
-            LostReason::MaxHold => true,
-            _ => false,
-        };
-        if give_back && !self.base.closed {
-            self.send(t.release(0), Purpose::Cleanup);
-        }
-        self.event(Event::Lost {
-            hold: HoldId(seq),
-            reason,
-        });
-        // Extends and reentries still under way on it end now; their replies are ignored.
-        let lost = Error::LockLost { hold: HoldId(seq) };
-        self.base.fail_in_flight(&lost, |purpose| match *purpose {
-            Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. }
-                if s == seq =>
-            {
-                *purpose = Purpose::Cleanup;
-                Some(op)
-            }
-            _ => None,
-        });
-    }
-
-    /// The server says `seq` is not ours while command `op` was acting on it.
-    fn refused(&mut self, seq: u64, op: OpId) {
-        self.lose(seq, LostReason::NotOwner);
-        let hold = HoldId(seq);
-        self.finish(Event::Failed {
-            op,
-            error: Error::LockLost { hold },
-        });
-    }
-
-    /// A pending acquire ends with `event`; with `cleanup`, we leave the queue (and pass the
-    /// lock on if it was already handed to us).
-    fn abandon(&mut self, seq: u64, event: Event, cleanup: bool) {
-        let Some(t) = self.forget(seq) else { return };
-        if cleanup && !self.base.closed {
-            self.send(t.dequeue(), Purpose::Cleanup);
-        }
-        self.finish(event);
-    }
-
-    /// Removes a tenure and everything that points at it.
-    fn forget(&mut self, seq: u64) -> Option<Tenure> {
-        self.tenures.forget(seq, &mut self.base.timers)
-    }
-
-    fn subscribe(&mut self) {
-        let channel = self.channel.clone();
-        self.send(RedisOp::Subscribe { channel }, Purpose::Subscribe);
-    }
-
-    fn send(&mut self, op: RedisOp, purpose: Purpose) {
-        self.base.send(Op::Redis(op), purpose);
-    }
-
-    fn retry_delay(&self) -> Duration {
-        retry_delay(self.waiter_lease)
-    }
-
-    fn finish(&mut self, event: Event) {
-        self.base.finish(event);
-    }
-
-    fn event(&mut self, event: Event) {
-        self.base.event(event);
     }
 }
 
-/// The commands, as [`crate::base::dispatch`] hands them over.
-impl Commands for Machine {
-    type Purpose = Purpose;
+impl Backend for Redis {
+    const NAME: &'static str = "Redis";
+    const WIRE: &'static str = "Redis";
+    const OFFERS: &'static [Primitive] =
+        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
+    const SERVER_COUNTS: bool = true;
+    const RENEWS_HOLDS: bool = true;
 
-    fn base(&mut self) -> &mut Base<Purpose> {
-        &mut self.base
+    type Tenure = Keys;
+    type Pending = Pending;
+    /// Reentrant acquires sent and not yet answered: the server's count is the granted levels
+    /// plus these.
+    type Held = u32;
+    type Purpose = Purpose;
+    type Timer = RedisTimer;
+    type Reply = Value;
+
+    fn reply(response: Response) -> Result<Value, Response> {
+        response.redis()
     }
 
-    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
-        let (lease, max_hold) = check_acquire(
-            &a,
-            "Redis",
-            &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock],
-        )?;
-        let reads = self.tenures.slot(Kind::Read, &a.name, a.owner).is_some();
-        let writes = self.tenures.slot(Kind::Write, &a.name, a.owner).is_some();
-        refuse_upgrade(&a, reads, writes)?;
+    fn waiter_timer(seq: u64) -> RedisTimer {
+        RedisTimer::Refresh(seq)
+    }
+
+    fn refuse(&self, a: &Acquire) -> Result<(), Error> {
         if !a.fair && matches!(a.kind, Kind::Read | Kind::Write) {
             return Err(Error::InvalidArgument(
                 "read-write locks are always fair (readers and writers are served in order)".into(),
             ));
         }
+        Ok(())
+    }
 
-        // A lock's or read-write hold's owner reenters its tenure; every permit is a tenure
-        // of its own.
-        if let Some(seq) = self.tenures.slot(a.kind, &a.name, a.owner) {
-            let t = self
-                .tenures
-                .get_mut(seq)
-                .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
-            return match &mut t.state {
-                State::Pending(p) => Err(Error::AlreadyWaiting { op: p.op }),
-                State::Held(h) => {
-                    // The server's count mirrors granted levels plus reentries under way.
-                    h.reentering += 1;
-                    let count = h.count + h.reentering;
-                    let op_ = t.acquire(
-                        t.lease + self.lock_delay,
-                        count,
-                        Mode::Refresh,
-                        waiter_lease(self.waiter_lease, t.lease) + self.lock_delay,
-                    );
-                    let lease = t.lease;
-                    self.send(
-                        op_,
-                        Purpose::Reenter {
-                            seq,
-                            op: a.op,
-                            lease,
-                        },
-                    );
-                    Ok(())
-                }
-            };
-        }
-
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let wait = match a.wait {
-            Wait::Until(t) if t <= self.base.now => Wait::No,
-            w => w,
-        };
-        let mode = if wait == Wait::No {
-            Mode::Try
-        } else {
-            Mode::Wait
-        };
+    fn tenure(&self, life: &Life, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {
         let token = owner_token(self.client_id, seq);
         let (keys, target) = match a.kind {
             Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
@@ -784,10 +621,10 @@ impl Commands for Machine {
                 let downgrade = if write {
                     None
                 } else {
-                    self.tenures
+                    life.tenures
                         .slot(Kind::Write, &a.name, a.owner)
-                        .filter(|seq| self.tenures.held(*seq).is_some())
-                        .and_then(|seq| self.tenures.get(seq))
+                        .filter(|seq| life.tenures.held(*seq).is_some())
+                        .and_then(|seq| life.tenures.get(seq))
                         .map(|t| t.token.clone())
                 };
                 let lock_keys = keys.lock_keys(&token, write);
@@ -799,117 +636,166 @@ impl Commands for Machine {
                 (lock_keys, target)
             }
         };
-        self.tenures.insert(
-            seq,
-            Tenure {
-                keys,
-                target,
-                name: a.name,
-                owner: a.owner,
-                token,
-                lease,
-                max_hold,
-                fairness: if a.fair {
-                    Fairness::Fair
-                } else {
-                    Fairness::NonFair
-                },
-                state: State::Pending(Pending {
-                    op: a.op,
-                    wait,
-                    mode,
-                    queued: None,
-                    woken: None,
-                    free: false,
-                    in_flight: false,
-                }),
-            },
-        );
-        if let Wait::Until(deadline) = wait {
-            self.base.timers.set(Timer::WaitDeadline(seq), deadline);
-        }
-        self.send_acquire(seq);
-        Ok(())
-    }
-
-    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
-        let seq = hold.0;
-        let h = self.tenures.held_mut(seq).ok_or(Error::NotHeld { hold })?;
-        h.count -= 1;
-        let count = h.count;
-        if count > 0 {
-            let t = self.tenures.get(seq).ok_or(Error::NotHeld { hold })?;
-            let req = t.release(count);
-            self.send(req, Purpose::Release { seq, op, count });
+        let fairness = if a.fair {
+            Fairness::Fair
         } else {
-            // The application stops relying on the lock now, whatever the reply says.
-            let t = self.forget(seq).ok_or(Error::NotHeld { hold })?;
-            self.send(t.release(0), Purpose::Release { seq, op, count });
-        }
-        Ok(())
-    }
-
-    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
-        let lease = check_lease(lease)?;
-        if self.tenures.held(hold.0).is_none() {
-            return Err(Error::NotHeld { hold });
-        }
-        let req = self.tenures.extend(&[(hold.0, lease)], self.lock_delay);
-        self.send(
-            req,
-            Purpose::Extend {
-                seq: hold.0,
-                op,
-                lease,
+            Fairness::NonFair
+        };
+        let pending = Pending {
+            place: if wait == Wait::No {
+                Place::Try
+            } else {
+                Place::Joining
             },
-        );
-        Ok(())
+            asking: false,
+            woken: None,
+            free: false,
+        };
+        let keys = Keys {
+            keys,
+            target,
+            fairness,
+        };
+        (token, keys, pending)
     }
 
-    fn cancel(&mut self, op: OpId) {
-        if let Some(seq) = self.tenures.pending_op(op) {
-            self.abandon(
-                seq,
-                Event::NotAcquired {
-                    op,
-                    reason: NotAcquired::Cancelled,
-                },
-                true,
-            );
+    fn start(&mut self, life: &mut Life, seq: u64) {
+        self.send_acquire(life, seq);
+    }
+
+    fn reenter(&mut self, life: &mut Life, seq: u64, op: OpId) {
+        let Some(t) = life.tenures.get_mut(seq) else {
+            return;
+        };
+        let State::Held(h) = &mut t.state else { return };
+        // The server's count mirrors granted levels plus reentries under way.
+        h.data += 1;
+        let count = h.count + h.data;
+        let req = self.acquire_op(t, count, Mode::Refresh);
+        let lease = t.lease;
+        Redis::send(life, req, Purpose::Reenter { seq, op, lease });
+    }
+
+    fn release(
+        &mut self,
+        life: &mut Life,
+        op: OpId,
+        seq: u64,
+        count: u32,
+        forgotten: Option<Tenure<Redis>>,
+    ) {
+        let Some(t) = forgotten.as_ref().or_else(|| life.tenures.get(seq)) else {
+            return;
+        };
+        let req = t.data.release(&t.token, count);
+        Redis::send(life, req, Purpose::Release { seq, op, count });
+    }
+
+    fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
+        let req = extend(&life.tenures, &[(seq, lease)], self.lock_delay, |k| &k.keys);
+        Redis::send(life, req, Purpose::Extend { seq, op, lease });
+    }
+
+    fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
+        let req = extend(&life.tenures, items, self.lock_delay, |k| &k.keys);
+        let items = items.to_vec();
+        Redis::send(life, req, Purpose::Renew { items });
+    }
+
+    fn on_reply(&mut self, life: &mut Life, req: InFlight<Purpose>, reply: Result<Value, Error>) {
+        let sent = req.sent_at;
+        match req.purpose {
+            Purpose::Acquire { seq, mode } => self.on_acquire(life, seq, mode, sent, reply),
+            Purpose::Reenter { seq, op, lease } => {
+                self.on_reenter(life, seq, op, lease, sent, reply)
+            }
+            Purpose::Renew { items } => self.on_renew(life, items, sent, reply),
+            Purpose::Release { seq, op, count } => self.on_release(life, seq, op, count, reply),
+            Purpose::Extend { seq, op, lease } => self.on_extend(life, seq, op, lease, sent, reply),
+            Purpose::Cleanup => {}
+            Purpose::Subscribe => {
+                if reply.is_err() {
+                    let at = life.now() + retry_delay(self.waiter_lease);
+                    life.set_timer(RedisTimer::Subscribe, at);
+                }
+            }
         }
     }
-}
 
-impl Machine {
-    pub(crate) fn base(&mut self) -> &mut Base<Purpose> {
-        &mut self.base
-    }
-
-    pub(crate) fn base_ref(&self) -> &Base<Purpose> {
-        &self.base
-    }
-
-    /// A snapshot of a held lock, `None` if it is not held.
-    pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
-        self.tenures.info(hold.0)
-    }
-
-    pub(crate) fn reply(&mut self, id: RequestId, reply: Reply) {
-        if let Some(req) = self.base.answered(id) {
-            let reply = unpack(reply, "Redis", |r| match r {
-                Response::Redis(v) => Ok(v),
-                other => Err(other),
-            });
-            self.on_reply(req, reply);
+    fn notice(&mut self, life: &mut Life, notice: Notice) {
+        match notice {
+            Notice::Connected => {
+                if !life.closed() {
+                    self.subscribe(life);
+                }
+            }
+            Notice::Message { channel, payload } => {
+                if channel == self.channel {
+                    self.wake(life, &payload);
+                }
+            }
+            // Held locks keep their local validity, which runs out unless a renewal gets
+            // through after a reconnect. ZooKeeper's notices do not occur on Redis.
+            Notice::Disconnected
+            | Notice::Watch { .. }
+            | Notice::SessionExpired
+            | Notice::Closed => {}
         }
     }
-}
 
-/// The waiter lease of one acquire: the client's, but never longer than the lease asked for.
-/// A hand-off gives the waiter a tenure that lasts what is left of its waiter lease, so this
-/// keeps a lock handed to a waiter that dies before it renews from outliving a lease. Like
-/// the lease, it is sent with the lock-delay added, and the waiter's own arithmetic uses it
-/// without.
-fn waiter_lease(configured: Duration, lease: Duration) -> Duration {
-    configured.min(lease)
+    fn timer(&mut self, life: &mut Life, timer: RedisTimer) {
+        match timer {
+            RedisTimer::Refresh(seq) => {
+                if life.tenures.pending(seq).is_some_and(|w| !w.state.asking) {
+                    self.send_acquire(life, seq);
+                }
+            }
+            RedisTimer::Subscribe => self.subscribe(life),
+        }
+    }
+
+    /// Anything we may still hold on the server is given back — except a lease that ran out
+    /// under lock-delay: the application may still be at work (it was paused, say), and the
+    /// delay exists to keep the next holder away from it.
+    fn lost(&mut self, life: &mut Life, t: &Tenure<Redis>, reason: &LostReason) {
+        let give_back = match reason {
+            LostReason::Expired => self.lock_delay.is_zero(),
+            LostReason::MaxHold => true,
+            _ => false,
+        };
+        if give_back && !life.closed() {
+            Redis::send(life, t.data.release(&t.token, 0), Purpose::Cleanup);
+        }
+    }
+
+    /// Leaves the queue, and passes the lock on if it was already handed to us.
+    fn give_up(&mut self, life: &mut Life, t: &Tenure<Redis>) {
+        Redis::send(life, t.data.dequeue(&t.token), Purpose::Cleanup);
+    }
+
+    fn detach(&mut self, life: &mut Life, seq: u64) -> Vec<OpId> {
+        let mut ops = Vec::new();
+        for req in life.base.requests.values_mut() {
+            if let Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. } =
+                req.purpose
+                && s == seq
+            {
+                req.purpose = Purpose::Cleanup;
+                ops.push(op);
+            }
+        }
+        ops
+    }
+
+    fn closed(&mut self, requests: Vec<InFlight<Purpose>>) -> Vec<OpId> {
+        requests
+            .into_iter()
+            .filter_map(|req| match req.purpose {
+                Purpose::Reenter { op, .. }
+                | Purpose::Release { op, .. }
+                | Purpose::Extend { op, .. } => Some(op),
+                _ => None,
+            })
+            .collect()
+    }
 }

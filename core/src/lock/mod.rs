@@ -1,0 +1,663 @@
+//! # The lock lifecycle, written once
+//!
+//! Every backend's locks live the same life; only the requests that move them differ. This
+//! module is that life: the tenure index, reentrancy, wait deadlines, request timeouts,
+//! validity and its expiry, max hold, renewal scheduling and batching, close, and the one
+//! terminal event per command. A [`Backend`] is a strategy that supplies only what is its own:
+//! the requests that start and continue an acquire, renew, extend and release a hold, how it
+//! reads their replies, its notices and its own timers. Nothing here names a backend.
+//!
+//! ## Theory of operation
+//!
+//! The engine hands a [`Machine`] commands, replies, notices and due timers, in that call
+//! order per input: due timers first (so a late reply can never revive a hold whose validity
+//! has run out), then the input. A command registers its op id ([`Base::begin`]) and is
+//! checked before anything is sent; the machine then moves tenures through these states:
+//!
+//! | state | how it is entered | how it is left |
+//! | --- | --- | --- |
+//! | — | | `acquire` of a new (kind, name, owner): a new tenure, **pending** ([`Backend::start`]); of a held one: a reentry (the lifecycle counts it, or [`Backend::reenter`] asks a server that counts) |
+//! | **pending** | `acquire` | granted → **held** ([`Lifecycle::grant`], terminal `Acquired`); refused, failed, timed out (`WaitDeadline`), cancelled or closed → **gone** ([`Lifecycle::abandon`]: one terminal event, and [`Backend::give_up`] leaves the queue unless closed) |
+//! | **held** | a grant | renewed ([`Lifecycle::renewed`]: validity moves on, never back); released to count 0 → **gone** ([`Backend::release`]); validity ran out (`Expire`), max hold (`MaxHold`), refused by the server, a broken session or close → **gone** ([`Lifecycle::lose`]: one `Lost`, [`Backend::lost`] gives back what the server may keep, and commands under way on it end with `LockLost`) |
+//!
+//! A hold is valid until `sent + lease − drift` ([`valid_until`]) for the latest request that
+//! confirmed it, `sent` being when that request left. The watchdog renews each hold a third
+//! of a lease after that send, batched with every hold due within a sixth of a lease; a
+//! failed renewal is tried again soon and the `Expire` timer decides when it is too late.
+//! ZooKeeper renews its session instead of each hold ([`Backend::RENEWS_HOLDS`]) and moves
+//! every hold's validity on each confirmation.
+
+pub(crate) mod tenures;
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::base::{
+    Base, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
+};
+use crate::config::Config;
+use crate::error::Error;
+use crate::status::HoldInfo;
+use crate::time::{Instant, drift};
+use crate::timers::Timer;
+use crate::types::{
+    Acquire, Command, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive,
+    Reply, RequestId, Response, Wait,
+};
+use tenures::{Held, State, Tenure, Tenures, Waiting};
+
+/// Until when a hold is valid locally: the lease counted from the send of the request that
+/// confirmed it, less the drift allowance.
+pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
+    sent + lease - drift(lease)
+}
+
+/// A backend's protocol, as a strategy of the lifecycle.
+///
+/// Every hook gets the lifecycle, through which it sends requests, sets its timers and moves
+/// tenures on ([`Lifecycle::grant`], [`Lifecycle::renewed`], [`Lifecycle::lose`],
+/// [`Lifecycle::abandon`], [`Lifecycle::retry`]).
+pub(crate) trait Backend: Sized + fmt::Debug {
+    /// The backend's name in refusals ("Redlock offers no semaphores").
+    const NAME: &'static str;
+    /// The protocol its replies come in, for malformed-reply errors.
+    const WIRE: &'static str;
+    /// The primitives it offers.
+    const OFFERS: &'static [Primitive];
+    /// The server counts a hold's levels: a reentry and the release of a level are requests
+    /// ([`Backend::reenter`], [`Backend::release`] with a count). Otherwise the lifecycle
+    /// counts them, and only a tenure's first acquire and last release reach the server.
+    const SERVER_COUNTS: bool;
+    /// Each hold is renewed on its own by the watchdog ([`Backend::renew`]). Otherwise the
+    /// backend keeps every hold's validity moving itself (ZooKeeper's session).
+    const RENEWS_HOLDS: bool;
+
+    /// What it keeps per tenure (its keys, its directory).
+    type Tenure: fmt::Debug;
+    /// Where a pending acquire stands in its protocol.
+    type Pending: fmt::Debug;
+    /// What it keeps per held tenure.
+    type Held: fmt::Debug;
+    /// Why a request was sent: what its reply moves on.
+    type Purpose: fmt::Debug;
+    /// Its own timers.
+    type Timer: Copy + Ord + fmt::Debug;
+    /// A reply in its protocol.
+    type Reply;
+
+    /// The reply in its protocol, or the response back if it is another's.
+    fn reply(response: Response) -> Result<Self::Reply, Response>;
+
+    /// The timer that moves a pending tenure on (a refresh, a retry, a back-off); it goes
+    /// when the tenure stops pending.
+    fn waiter_timer(seq: u64) -> Self::Timer;
+
+    /// Refuses what this backend cannot do, after the lifecycle's checks of name, lease,
+    /// primitive and upgrade.
+    fn refuse(&self, _a: &Acquire) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// The lease a tenure gets when `asked` is asked for.
+    fn lease(&self, asked: Duration) -> Duration {
+        asked
+    }
+
+    /// A new tenure `seq` for `a`: its owner token, what the backend keeps for it and the
+    /// state its acquire starts in.
+    fn tenure(
+        &self,
+        life: &Lifecycle<Self>,
+        a: &Acquire,
+        seq: u64,
+        wait: Wait,
+    ) -> (String, Self::Tenure, Self::Pending);
+
+    /// Starts the acquire of new tenure `seq`.
+    fn start(&mut self, life: &mut Lifecycle<Self>, seq: u64);
+
+    /// A reentrant acquire `op` of held `seq` ([`Backend::SERVER_COUNTS`] only).
+    fn reenter(&mut self, life: &mut Lifecycle<Self>, seq: u64, op: OpId);
+
+    /// Release `op` of hold `seq` down to `count` levels. At 0 the tenure is already
+    /// forgotten and handed over; with a count left ([`Backend::SERVER_COUNTS`] only) it is
+    /// still in the index.
+    fn release(
+        &mut self,
+        life: &mut Lifecycle<Self>,
+        op: OpId,
+        seq: u64,
+        count: u32,
+        forgotten: Option<Tenure<Self>>,
+    );
+
+    /// Extend `op` of held `seq` to `lease`.
+    fn extend(&mut self, life: &mut Lifecycle<Self>, op: OpId, seq: u64, lease: Duration);
+
+    /// Renews one batch of holds (hold, lease), each marked as renewing
+    /// ([`Backend::RENEWS_HOLDS`] only). Settle each with [`Lifecycle::renewal`].
+    fn renew(&mut self, life: &mut Lifecycle<Self>, items: &[(u64, Duration)]);
+
+    /// The reply to a request, or `Err(Timeout)` when none came in time.
+    fn on_reply(
+        &mut self,
+        life: &mut Lifecycle<Self>,
+        req: InFlight<Self::Purpose>,
+        reply: Result<Self::Reply, Error>,
+    );
+
+    /// News from the backend (all but [`Notice::Closed`], which closes the machine).
+    fn notice(&mut self, life: &mut Lifecycle<Self>, notice: Notice);
+
+    /// One of its timers is due.
+    fn timer(&mut self, life: &mut Lifecycle<Self>, timer: Self::Timer);
+
+    /// Hold `t` is lost for `reason` and forgotten: give back what the server may still
+    /// keep for it (nothing is sent once the machine is closed).
+    fn lost(&mut self, life: &mut Lifecycle<Self>, t: &Tenure<Self>, reason: &LostReason);
+
+    /// Pending `t` gave up and is forgotten: leave the queue, and give back what it may have
+    /// been granted.
+    fn give_up(&mut self, life: &mut Lifecycle<Self>, t: &Tenure<Self>);
+
+    /// The commands (extends, reentries) under way on lost hold `seq`: they end now with
+    /// `LockLost`, and their replies are ignored.
+    fn detach(&mut self, life: &mut Lifecycle<Self>, seq: u64) -> Vec<OpId>;
+
+    /// The machine closed with `requests` under way: the commands waiting on them, which end
+    /// with `Closed`.
+    fn closed(&mut self, requests: Vec<InFlight<Self::Purpose>>) -> Vec<OpId>;
+
+    /// Tenure `seq` left the index.
+    fn forgot(&mut self, _life: &mut Lifecycle<Self>, _seq: u64) {}
+
+    /// Tenure `seq` became held.
+    fn granted(&mut self, _life: &mut Lifecycle<Self>, _seq: u64) {}
+}
+
+/// What every tenure of one machine shares: the clock, requests, timers and outputs
+/// ([`Base`]), and the tenure index.
+#[derive(Debug)]
+pub(crate) struct Lifecycle<B: Backend> {
+    pub(crate) base: Base<B::Purpose, B::Timer>,
+    pub(crate) tenures: Tenures<B>,
+    /// At most this many holds per renewal request.
+    max_batch: usize,
+    next_seq: u64,
+}
+
+/// How a renewal of one hold went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The server kept it.
+    Kept,
+    /// The server says it is not ours.
+    Refused,
+    /// No answer that tells: try again soon.
+    Failed,
+}
+
+impl<B: Backend> Lifecycle<B> {
+    pub(crate) fn now(&self) -> Instant {
+        self.base.now
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.base.closed
+    }
+
+    pub(crate) fn send(&mut self, op: Op, purpose: B::Purpose) {
+        self.base.send(op, purpose);
+    }
+
+    pub(crate) fn set_timer(&mut self, timer: B::Timer, at: Instant) {
+        self.base.timers.set(Timer::Backend(timer), at);
+    }
+
+    pub(crate) fn clear_timer(&mut self, timer: B::Timer) {
+        self.base.timers.clear(Timer::Backend(timer));
+    }
+
+    pub(crate) fn timer_is_set(&self, timer: B::Timer) -> bool {
+        self.base.timers.is_set(Timer::Backend(timer))
+    }
+
+    pub(crate) fn finish(&mut self, event: Event) {
+        self.base.finish(event);
+    }
+
+    pub(crate) fn event(&mut self, event: Event) {
+        self.base.event(event);
+    }
+
+    /// The op of pending `seq`'s acquire.
+    pub(crate) fn pending_op(&self, seq: u64) -> Option<OpId> {
+        self.tenures.pending(seq).map(|w| w.op)
+    }
+
+    /// Pending `seq` becomes `held`, renewed at `renew_at` (or now, if that has passed): the
+    /// acquire's terminal event.
+    pub(crate) fn grant(&mut self, b: &mut B, seq: u64, held: Held<B::Held>, renew_at: Instant) {
+        let (fencing_token, count, valid_until) =
+            (held.fencing_token, held.count, held.valid_until);
+        let Some(op) = self.tenures.grant(seq, held) else {
+            return;
+        };
+        let now = self.base.now;
+        let max_hold = self.tenures.get(seq).and_then(|t| t.max_hold);
+        let timers = &mut self.base.timers;
+        timers.clear(Timer::WaitDeadline(seq));
+        timers.clear(Timer::Backend(B::waiter_timer(seq)));
+        timers.set(Timer::Expire(seq), valid_until);
+        if B::RENEWS_HOLDS {
+            timers.set(Timer::Renew(seq), renew_at.max(now));
+        }
+        if let Some(max) = max_hold {
+            timers.set(Timer::MaxHold(seq), now + max);
+        }
+        b.granted(self, seq);
+        self.finish(Event::Acquired {
+            op,
+            hold: HoldId(seq),
+            fencing_token,
+            valid_until,
+            count,
+        });
+    }
+
+    /// The server kept `seq` for `lease` from a request sent at `sent`: the validity moves on
+    /// (never back) and the next renewal is due a third of a lease after `sent`. With
+    /// `announce`, the application hears of it ([`Event::Renewed`]).
+    pub(crate) fn renewed(&mut self, seq: u64, sent: Instant, lease: Duration, announce: bool) {
+        let now = self.base.now;
+        let Some(h) = self.tenures.held_mut(seq) else {
+            return;
+        };
+        h.valid_until = h.valid_until.max(valid_until(sent, lease));
+        let (valid_until, renewing) = (h.valid_until, h.renewing);
+        self.base.timers.set(Timer::Expire(seq), valid_until);
+        if B::RENEWS_HOLDS && !renewing {
+            let at = (sent + lease / 3).max(now);
+            self.base.timers.set(Timer::Renew(seq), at);
+        }
+        if announce {
+            self.event(Event::Renewed {
+                hold: HoldId(seq),
+                valid_until,
+            });
+        }
+    }
+
+    /// The watchdog's renewal of `seq` for `lease`, sent at `sent`, settled.
+    pub(crate) fn renewal(
+        &mut self,
+        b: &mut B,
+        seq: u64,
+        lease: Duration,
+        sent: Instant,
+        outcome: Renewal,
+    ) {
+        let Some(h) = self.tenures.held_mut(seq) else {
+            return;
+        };
+        h.renewing = false;
+        match outcome {
+            Renewal::Kept => self.renewed(seq, sent, lease, true),
+            Renewal::Refused => self.lose(b, seq, LostReason::NotOwner),
+            Renewal::Failed => {
+                // Try again soon; the expiry timer decides when it is too late.
+                let at = self.base.now + retry_delay(lease);
+                self.base.timers.set(Timer::Renew(seq), at);
+            }
+        }
+    }
+
+    /// A held tenure is gone: one [`Event::Lost`], what the server may keep is given back,
+    /// and the commands under way on it end.
+    pub(crate) fn lose(&mut self, b: &mut B, seq: u64, reason: LostReason) {
+        if self.tenures.held(seq).is_none() {
+            return;
+        }
+        let Some(t) = self.forget(b, seq) else { return };
+        b.lost(self, &t, &reason);
+        let hold = HoldId(seq);
+        self.event(Event::Lost { hold, reason });
+        for op in b.detach(self, seq) {
+            let error = Error::LockLost { hold };
+            self.finish(Event::Failed { op, error });
+        }
+    }
+
+    /// The server says held `seq` is not ours while command `op` was acting on it.
+    pub(crate) fn refused(&mut self, b: &mut B, seq: u64, op: OpId) {
+        self.lose(b, seq, LostReason::NotOwner);
+        let hold = HoldId(seq);
+        self.finish(Event::Failed {
+            op,
+            error: Error::LockLost { hold },
+        });
+    }
+
+    /// A pending acquire ends with `event`; with `cleanup`, it leaves the queue and gives
+    /// back what it may have been granted.
+    pub(crate) fn abandon(&mut self, b: &mut B, seq: u64, event: Event, cleanup: bool) {
+        let Some(t) = self.forget(b, seq) else { return };
+        if cleanup && !self.base.closed {
+            b.give_up(self, &t);
+        }
+        self.finish(event);
+    }
+
+    /// Pending `seq` fails with `error` and leaves the queue.
+    pub(crate) fn fail(&mut self, b: &mut B, seq: u64, error: Error) {
+        if let Some(op) = self.pending_op(seq) {
+            self.abandon(b, seq, Event::Failed { op, error }, true);
+        }
+    }
+
+    /// A request of pending `seq` failed: a waiter tries again after `delay`
+    /// ([`Backend::waiter_timer`]), a try-acquire fails.
+    pub(crate) fn retry(&mut self, b: &mut B, seq: u64, error: Error, delay: Duration) {
+        let Some(w) = self.tenures.pending(seq) else {
+            return;
+        };
+        if w.wait == Wait::No {
+            self.fail(b, seq, error);
+        } else {
+            let at = self.base.now + delay;
+            self.set_timer(B::waiter_timer(seq), at);
+        }
+    }
+
+    /// Removes a tenure, everything that points at it and its timers.
+    fn forget(&mut self, b: &mut B, seq: u64) -> Option<Tenure<B>> {
+        let t = self.tenures.remove(seq)?;
+        let timers = &mut self.base.timers;
+        for timer in [
+            Timer::Renew,
+            Timer::Expire,
+            Timer::MaxHold,
+            Timer::WaitDeadline,
+        ] {
+            timers.clear(timer(seq));
+        }
+        timers.clear(Timer::Backend(B::waiter_timer(seq)));
+        b.forgot(self, seq);
+        Some(t)
+    }
+
+    /// The holds to renew with `seq`: it and every other hold due within a sixth of its lease
+    /// — but none whose validity has already run out (after a pause, say): its expiry, due
+    /// as well, reports it lost, and a renewal would only keep the lock from others. Each is
+    /// marked as renewing, with the lease it asks for.
+    fn due_renewals(&mut self, seq: u64) -> Vec<(u64, Duration)> {
+        let Some(t) = self.tenures.get(seq) else {
+            return Vec::new();
+        };
+        let now = self.base.now;
+        let mut due = vec![seq];
+        due.extend(
+            self.base
+                .timers
+                .take_until(now + t.lease / 6, |timer| match timer {
+                    Timer::Renew(s) => Some(s),
+                    _ => None,
+                }),
+        );
+        let mut items = Vec::with_capacity(due.len());
+        for s in due {
+            if let Some(Tenure {
+                state: State::Held(h),
+                lease,
+                ..
+            }) = self.tenures.get_mut(s)
+                && !h.renewing
+                && h.valid_until > now
+            {
+                h.renewing = true;
+                items.push((s, *lease));
+            }
+        }
+        items
+    }
+}
+
+/// The machine behind one backend: the lifecycle and the backend's strategy.
+/// [`Engine`](crate::Engine) runs one.
+#[derive(Debug)]
+pub(crate) struct Machine<B: Backend> {
+    life: Lifecycle<B>,
+    backend: B,
+}
+
+impl<B: Backend> Machine<B> {
+    /// A machine at `now` for `backend`, with its requests timing out after
+    /// `request_timeout`. `start` runs first (a subscription, say).
+    pub(crate) fn new(
+        config: &Config,
+        backend: B,
+        request_timeout: Duration,
+        now: Instant,
+        start: impl FnOnce(&mut B, &mut Lifecycle<B>),
+    ) -> Self {
+        let mut machine = Self {
+            life: Lifecycle {
+                base: Base::new(now, request_timeout),
+                tenures: Tenures::new(),
+                max_batch: config.max_batch.max(1),
+                next_seq: 1,
+            },
+            backend,
+        };
+        start(&mut machine.backend, &mut machine.life);
+        machine
+    }
+
+    pub(crate) fn base(&mut self) -> &mut Base<B::Purpose, B::Timer> {
+        &mut self.life.base
+    }
+
+    pub(crate) fn base_ref(&self) -> &Base<B::Purpose, B::Timer> {
+        &self.life.base
+    }
+
+    /// A snapshot of a held lock, `None` if it is not held.
+    pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
+        self.life.tenures.info(hold.0)
+    }
+
+    /// Runs `cmd`: a cancel at once; any other command once its op id is registered
+    /// ([`Base::begin`]), ending it with [`Event::Failed`] if it is refused.
+    pub(crate) fn command(&mut self, cmd: Command) {
+        let op = cmd.op();
+        if let Command::Cancel { .. } = cmd {
+            return self.cancel(op);
+        }
+        if !self.life.base.begin(op) {
+            return;
+        }
+        let result = match cmd {
+            Command::Acquire(a) => self.acquire(a),
+            Command::Release { op, hold } => self.release(op, hold),
+            Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
+            // The engine makes multi-locks of the machine's locks and never hands one on.
+            Command::AcquireMulti(_) => Err(Error::InvalidArgument(
+                "a backend's machine takes no multi-lock; the engine does".into(),
+            )),
+            Command::Cancel { .. } => Ok(()),
+        };
+        if let Err(error) = result {
+            self.life.finish(Event::Failed { op, error });
+        }
+    }
+
+    pub(crate) fn reply(&mut self, id: RequestId, reply: Reply) {
+        if let Some(req) = self.life.base.answered(id) {
+            let reply = unpack(reply, B::WIRE, B::reply);
+            self.backend.on_reply(&mut self.life, req, reply);
+        }
+    }
+
+    pub(crate) fn notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Closed => self.close(),
+            notice => self.backend.notice(&mut self.life, notice),
+        }
+    }
+
+    pub(crate) fn timer(&mut self, timer: Timer<B::Timer>) {
+        let (life, b) = (&mut self.life, &mut self.backend);
+        match timer {
+            Timer::Request(id) => {
+                if let Some(req) = life.base.requests.remove(&RequestId(id)) {
+                    b.on_reply(life, req, Err(Error::Timeout));
+                }
+            }
+            Timer::Renew(seq) => {
+                let items = life.due_renewals(seq);
+                for chunk in items.chunks(life.max_batch) {
+                    b.renew(life, chunk);
+                }
+            }
+            Timer::Expire(seq) => life.lose(b, seq, LostReason::Expired),
+            Timer::MaxHold(seq) => life.lose(b, seq, LostReason::MaxHold),
+            Timer::WaitDeadline(seq) => {
+                if let Some(op) = life.pending_op(seq) {
+                    let reason = NotAcquired::TimedOut;
+                    life.abandon(b, seq, Event::NotAcquired { op, reason }, true);
+                }
+            }
+            Timer::Backend(timer) => b.timer(life, timer),
+        }
+    }
+
+    /// Hold `seq` is lost for `reason` (a multi-lock's member lapsed with the rest).
+    pub(crate) fn lose(&mut self, seq: u64, reason: LostReason) {
+        self.life.lose(&mut self.backend, seq, reason);
+    }
+
+    fn acquire(&mut self, a: Acquire) -> Result<(), Error> {
+        let (lease, max_hold) = check_acquire(&a, B::NAME, B::OFFERS)?;
+        let (life, b) = (&mut self.life, &mut self.backend);
+        let reads = life.tenures.slot(Kind::Read, &a.name, a.owner).is_some();
+        let writes = life.tenures.slot(Kind::Write, &a.name, a.owner).is_some();
+        refuse_upgrade(&a, reads, writes)?;
+        b.refuse(&a)?;
+
+        // A lock's or read-write hold's owner reenters its tenure; every permit is a tenure
+        // of its own.
+        if let Some(seq) = life.tenures.slot(a.kind, &a.name, a.owner) {
+            let hold = HoldId(seq);
+            let t = life.tenures.get_mut(seq).ok_or(Error::NotHeld { hold })?;
+            return match &mut t.state {
+                State::Pending(w) => Err(Error::AlreadyWaiting { op: w.op }),
+                State::Held(_) if B::SERVER_COUNTS => {
+                    b.reenter(life, seq, a.op);
+                    Ok(())
+                }
+                // Counted here: the server sees one tenure. Its validity is still ahead (the
+                // expiry timer runs before any command).
+                State::Held(h) => {
+                    h.count += 1;
+                    let event = Event::Acquired {
+                        op: a.op,
+                        hold,
+                        fencing_token: h.fencing_token,
+                        valid_until: h.valid_until,
+                        count: h.count,
+                    };
+                    life.finish(event);
+                    Ok(())
+                }
+            };
+        }
+
+        let seq = life.next_seq;
+        life.next_seq += 1;
+        let wait = match a.wait {
+            Wait::Until(t) if t <= life.base.now => Wait::No,
+            w => w,
+        };
+        let (token, data, state) = b.tenure(life, &a, seq, wait);
+        let lease = b.lease(lease);
+        life.tenures.insert(
+            seq,
+            Tenure {
+                name: a.name,
+                owner: a.owner,
+                kind: a.kind,
+                token,
+                lease,
+                max_hold,
+                data,
+                state: State::Pending(Waiting {
+                    op: a.op,
+                    wait,
+                    state,
+                }),
+            },
+        );
+        if let Wait::Until(deadline) = wait {
+            life.base.timers.set(Timer::WaitDeadline(seq), deadline);
+        }
+        b.start(life, seq);
+        Ok(())
+    }
+
+    fn release(&mut self, op: OpId, hold: HoldId) -> Result<(), Error> {
+        let (life, b) = (&mut self.life, &mut self.backend);
+        let seq = hold.0;
+        let h = life.tenures.held_mut(seq).ok_or(Error::NotHeld { hold })?;
+        h.count -= 1;
+        let count = h.count;
+        match count {
+            0 => {
+                // The application stops relying on the lock now, whatever the reply says.
+                let t = life.forget(b, seq).ok_or(Error::NotHeld { hold })?;
+                b.release(life, op, seq, 0, Some(t));
+            }
+            _ if B::SERVER_COUNTS => b.release(life, op, seq, count, None),
+            _ => life.finish(Event::Released { op, hold, count }),
+        }
+        Ok(())
+    }
+
+    fn extend(&mut self, op: OpId, hold: HoldId, lease: Duration) -> Result<(), Error> {
+        let lease = check_lease(lease)?;
+        if self.life.tenures.held(hold.0).is_none() {
+            return Err(Error::NotHeld { hold });
+        }
+        self.backend.extend(&mut self.life, op, hold.0, lease);
+        Ok(())
+    }
+
+    fn cancel(&mut self, op: OpId) {
+        if let Some(seq) = self.life.tenures.pending_op(op) {
+            let reason = NotAcquired::Cancelled;
+            let event = Event::NotAcquired { op, reason };
+            self.life.abandon(&mut self.backend, seq, event, true);
+        }
+    }
+
+    /// Ends the machine, for good: holds are lost, acquires and the commands under way fail
+    /// with `Closed`, and nothing is sent from now on.
+    fn close(&mut self) {
+        let (life, b) = (&mut self.life, &mut self.backend);
+        life.base.closed = true;
+        for seq in life.tenures.seqs() {
+            match life.tenures.get(seq).map(|t| &t.state) {
+                Some(State::Held(_)) => life.lose(b, seq, LostReason::Closed),
+                Some(State::Pending(w)) => {
+                    let op = w.op;
+                    let error = Error::Closed;
+                    life.abandon(b, seq, Event::Failed { op, error }, false);
+                }
+                None => {}
+            }
+        }
+        for op in b.closed(life.base.close()) {
+            let error = Error::Closed;
+            life.finish(Event::Failed { op, error });
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The tenure index: each lock an owner of the engine holds or waits for, found by hold id
+//! (its sequence number), by (kind, name, owner) for reentrancy, and by op id while its
+//! acquire is pending.
+
+use core::time::Duration;
+use std::collections::BTreeMap;
+
+use crate::lock::Backend;
+use crate::status::HoldInfo;
+use crate::time::Instant;
+use crate::types::{Kind, OpId, Wait};
+
+/// One tenure (or attempted tenure) of a lock by one owner of the engine.
+#[derive(Debug)]
+pub(crate) struct Tenure<B: Backend> {
+    pub(crate) name: String,
+    pub(crate) owner: u64,
+    /// What the application asked for.
+    pub(crate) kind: Kind,
+    /// Its owner token on the server.
+    pub(crate) token: String,
+    /// The lease the server grants (on ZooKeeper: the session timeout).
+    pub(crate) lease: Duration,
+    pub(crate) max_hold: Option<Duration>,
+    /// What the backend keeps for it (keys, a directory).
+    pub(crate) data: B::Tenure,
+    pub(crate) state: State<B>,
+}
+
+#[derive(Debug)]
+pub(crate) enum State<B: Backend> {
+    Pending(Waiting<B::Pending>),
+    Held(Held<B::Held>),
+}
+
+/// A pending acquire: its op, how long it may wait, and where the backend's protocol stands.
+#[derive(Debug)]
+pub(crate) struct Waiting<P> {
+    pub(crate) op: OpId,
+    pub(crate) wait: Wait,
+    pub(crate) state: P,
+}
+
+#[derive(Debug)]
+pub(crate) struct Held<H> {
+    pub(crate) fencing_token: u64,
+    /// Granted levels: acquisitions reported to the application minus releases.
+    pub(crate) count: u32,
+    pub(crate) valid_until: Instant,
+    /// A renewal of it is under way.
+    pub(crate) renewing: bool,
+    /// What the backend keeps for a hold (a node's path, reentries under way).
+    pub(crate) data: H,
+}
+
+impl<H> Held<H> {
+    /// A tenure just granted with these levels, valid until `valid_until`.
+    pub(crate) fn new(fencing_token: u64, count: u32, valid_until: Instant, data: H) -> Self {
+        Self {
+            fencing_token,
+            count,
+            valid_until,
+            renewing: false,
+            data,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Tenures<B: Backend> {
+    by_seq: BTreeMap<u64, Tenure<B>>,
+    /// (kind, name, owner) → tenure, for reentrancy and for "already waiting".
+    slots: BTreeMap<(Kind, String, u64), u64>,
+    /// Pending acquire op → tenure, for cancel.
+    acquires: BTreeMap<OpId, u64>,
+}
+
+impl<B: Backend> Tenures<B> {
+    pub(crate) fn new() -> Self {
+        Self {
+            by_seq: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            acquires: BTreeMap::new(),
+        }
+    }
+
+    /// A new pending tenure. A lock's or a read-write hold's is found by (kind, name, owner)
+    /// from now on; a permit is never reentered.
+    pub(crate) fn insert(&mut self, seq: u64, tenure: Tenure<B>) {
+        if let Some(slot) = slot(&tenure) {
+            self.slots.insert(slot, seq);
+        }
+        if let State::Pending(w) = &tenure.state {
+            self.acquires.insert(w.op, seq);
+        }
+        self.by_seq.insert(seq, tenure);
+    }
+
+    pub(crate) fn get(&self, seq: u64) -> Option<&Tenure<B>> {
+        self.by_seq.get(&seq)
+    }
+
+    pub(crate) fn get_mut(&mut self, seq: u64) -> Option<&mut Tenure<B>> {
+        self.by_seq.get_mut(&seq)
+    }
+
+    pub(crate) fn seqs(&self) -> Vec<u64> {
+        self.by_seq.keys().copied().collect()
+    }
+
+    /// The held tenures, in sequence order.
+    pub(crate) fn holds(&self) -> Vec<u64> {
+        self.by_seq
+            .iter()
+            .filter(|(_, t)| matches!(t.state, State::Held(_)))
+            .map(|(seq, _)| *seq)
+            .collect()
+    }
+
+    /// Whether any pending tenure is in a state `f` picks.
+    pub(crate) fn any_pending(&self, f: impl Fn(&B::Pending) -> bool) -> bool {
+        self.by_seq
+            .values()
+            .any(|t| matches!(&t.state, State::Pending(w) if f(&w.state)))
+    }
+
+    /// The pending tenures in a state `f` picks, in sequence order.
+    pub(crate) fn pending_where(&self, f: impl Fn(&B::Pending) -> bool) -> Vec<u64> {
+        self.by_seq
+            .iter()
+            .filter(|(_, t)| matches!(&t.state, State::Pending(w) if f(&w.state)))
+            .map(|(seq, _)| *seq)
+            .collect()
+    }
+
+    /// The tenure of `owner` of `kind` on `name`, pending or held.
+    pub(crate) fn slot(&self, kind: Kind, name: &str, owner: u64) -> Option<u64> {
+        self.slots.get(&(kind, name.to_owned(), owner)).copied()
+    }
+
+    /// The tenure whose acquire `op` is pending.
+    pub(crate) fn pending_op(&self, op: OpId) -> Option<u64> {
+        self.acquires.get(&op).copied()
+    }
+
+    pub(crate) fn pending(&self, seq: u64) -> Option<&Waiting<B::Pending>> {
+        match self.by_seq.get(&seq) {
+            Some(Tenure {
+                state: State::Pending(w),
+                ..
+            }) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn pending_mut(&mut self, seq: u64) -> Option<&mut Waiting<B::Pending>> {
+        match self.by_seq.get_mut(&seq) {
+            Some(Tenure {
+                state: State::Pending(w),
+                ..
+            }) => Some(w),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn held(&self, seq: u64) -> Option<&Held<B::Held>> {
+        match self.by_seq.get(&seq) {
+            Some(Tenure {
+                state: State::Held(h),
+                ..
+            }) => Some(h),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn held_mut(&mut self, seq: u64) -> Option<&mut Held<B::Held>> {
+        match self.by_seq.get_mut(&seq) {
+            Some(Tenure {
+                state: State::Held(h),
+                ..
+            }) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Removes a tenure and everything in the index that points at it.
+    pub(crate) fn remove(&mut self, seq: u64) -> Option<Tenure<B>> {
+        let t = self.by_seq.remove(&seq)?;
+        if let Some(slot) = slot(&t) {
+            self.slots.remove(&slot);
+        }
+        if let State::Pending(w) = &t.state {
+            self.acquires.remove(&w.op);
+        }
+        Some(t)
+    }
+
+    /// A pending tenure becomes held. Returns the acquire's op, `None` if `seq` is not pending.
+    pub(crate) fn grant(&mut self, seq: u64, held: Held<B::Held>) -> Option<OpId> {
+        let t = self.by_seq.get_mut(&seq)?;
+        let State::Pending(w) = &t.state else {
+            return None;
+        };
+        let op = w.op;
+        t.state = State::Held(held);
+        self.acquires.remove(&op);
+        Some(op)
+    }
+
+    /// A snapshot of a held lock.
+    pub(crate) fn info(&self, seq: u64) -> Option<HoldInfo> {
+        let t = self.by_seq.get(&seq)?;
+        let State::Held(h) = &t.state else {
+            return None;
+        };
+        Some(HoldInfo {
+            name: t.name.clone(),
+            owner: t.owner,
+            fencing_token: h.fencing_token,
+            count: h.count,
+            lease: t.lease,
+            valid_until: h.valid_until,
+        })
+    }
+}
+
+/// Where a reentrant tenure is found; a permit has no place (every acquire is a new one).
+fn slot<B: Backend>(t: &Tenure<B>) -> Option<(Kind, String, u64)> {
+    (!matches!(t.kind, Kind::Semaphore { .. })).then(|| (t.kind, t.name.clone(), t.owner))
+}
