@@ -7,13 +7,14 @@ use std::time::Duration;
 use dlock_core::LockStatus;
 use dlock_core::redis::FencedWrite;
 use dlock_core::{
-    ClientId, Config, HoldId, Instant, Kind, LostReason, Member, OpId, Protocol, Response,
+    Acquire, AcquireMulti, ClientId, Command, Config, HoldId, Instant, Kind, LostReason, Member,
+    OpId, Protocol, Response, Wait,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::Error;
-use crate::driver::{Call, Driver, Granted};
+use crate::driver::{Call, Driver, Granted, Waiter};
 use crate::machine::MachineFactory;
 use crate::transport::{Backend, Transport};
 
@@ -37,6 +38,8 @@ struct Inner {
     client_id: ClientId,
     /// How long a request the client makes itself (status) may take.
     request_timeout: Duration,
+    /// The origin of the engine's clock (the driver's too).
+    base: tokio::time::Instant,
 }
 
 /// Options for [`Client`]; start with [`Client::builder`].
@@ -150,6 +153,7 @@ impl ClientBuilder {
                 ids,
                 client_id,
                 request_timeout,
+                base,
             }),
         })
     }
@@ -329,8 +333,22 @@ impl Client {
         self.inner.ids.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn send(&self, call: Call) -> Result<(), Error> {
+    fn send(&self, command: Command, waiter: Option<Waiter>) -> Result<(), Error> {
+        let call = Call { command, waiter };
         self.inner.calls.send(call).map_err(|_| Error::Closed)
+    }
+
+    /// How long an acquire called now may wait, as the engine counts it (`None`: as long as it
+    /// takes; zero: try once).
+    fn deadline(&self, wait: Option<Duration>) -> Wait {
+        match wait {
+            None => Wait::Forever,
+            Some(d) if d.is_zero() => Wait::No,
+            Some(d) => {
+                let at = self.inner.base.elapsed() + d;
+                Wait::Until(Instant::from_nanos(at.as_nanos() as u64))
+            }
+        }
     }
 }
 
@@ -405,16 +423,17 @@ impl LockBuilder {
         let client = self.client;
         let owner = self.owner.unwrap_or_else(|| client.next_id());
         let name = self.name;
-        let granted = acquire(&client, |op, reply| Call::Acquire {
-            op,
-            name: name.clone(),
-            owner,
-            lease: self.lease,
-            wait,
-            max_hold: self.max_hold,
-            fair: self.fair,
-            kind: self.kind,
-            reply,
+        let granted = acquire(&client, Waiter::Acquire, |op| {
+            Command::Acquire(Acquire {
+                op,
+                name: name.clone(),
+                owner,
+                lease: self.lease,
+                wait: client.deadline(wait),
+                max_hold: self.max_hold,
+                fair: self.fair,
+                kind: self.kind,
+            })
         });
         let granted = granted.instrument(span).await?;
         Ok(granted.map(|g| Guard {
@@ -463,11 +482,12 @@ impl RwLockBuilder {
 /// dropping the future leaves the queue.
 async fn acquire<T>(
     client: &Client,
-    call: impl FnOnce(OpId, crate::driver::GrantReply<T>) -> Call,
+    waiter: impl FnOnce(crate::driver::GrantReply<T>) -> Waiter,
+    command: impl FnOnce(OpId) -> Command,
 ) -> Result<Option<Granted<T>>, Error> {
     let op = OpId(client.next_id());
     let (reply, granted) = oneshot::channel();
-    client.send(call(op, reply))?;
+    client.send(command(op), Some(waiter(reply)))?;
     let mut cancel = CancelOnDrop {
         client: Some(client.clone()),
         op,
@@ -526,13 +546,14 @@ impl MultiLockBuilder {
     pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<MultiGuard>, Error> {
         let span = tracing::debug_span!("acquire", locks = ?self.names);
         let client = self.client;
-        let granted = acquire(&client, |op, reply| Call::AcquireMulti {
-            op,
-            names: self.names,
-            lease: self.lease,
-            wait,
-            max_hold: self.max_hold,
-            reply,
+        let granted = acquire(&client, Waiter::AcquireMulti, |op| {
+            Command::AcquireMulti(AcquireMulti {
+                op,
+                names: self.names,
+                lease: self.lease,
+                wait: client.deadline(wait),
+                max_hold: self.max_hold,
+            })
         });
         let granted = granted.instrument(span).await?;
         Ok(granted.map(|g| MultiGuard {
@@ -551,7 +572,7 @@ struct CancelOnDrop {
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some(client) = self.client.take() {
-            let _ = client.send(Call::Cancel { op: self.op });
+            let _ = client.send(Command::Cancel { op: self.op }, None);
         }
     }
 }
@@ -596,12 +617,12 @@ impl Held {
     async fn extend(&self, lease: Duration) -> Result<(), Error> {
         let (reply, done) = oneshot::channel();
         let op = OpId(self.client.next_id());
-        self.client.send(Call::Extend {
+        let command = Command::Extend {
             op,
             hold: self.hold,
             lease,
-            reply,
-        })?;
+        };
+        self.client.send(command, Some(Waiter::Done(Some(reply))))?;
         done.await.map_err(|_| Error::Closed)?
     }
 
@@ -612,11 +633,11 @@ impl Held {
         }
         let (reply, done) = oneshot::channel();
         let op = OpId(self.client.next_id());
-        self.client.send(Call::Release {
+        let command = Command::Release {
             op,
             hold: self.hold,
-            reply: Some(reply),
-        })?;
+        };
+        self.client.send(command, Some(Waiter::Done(Some(reply))))?;
         done.instrument(span).await.map_err(|_| Error::Closed)?
     }
 }
@@ -625,11 +646,11 @@ impl Drop for Held {
     fn drop(&mut self) {
         if !self.released && !self.is_lost() {
             let op = OpId(self.client.next_id());
-            let _ = self.client.send(Call::Release {
+            let command = Command::Release {
                 op,
                 hold: self.hold,
-                reply: None,
-            });
+            };
+            let _ = self.client.send(command, Some(Waiter::Done(None)));
         }
     }
 }

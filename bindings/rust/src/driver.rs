@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{
-    Acquire, AcquireMulti, Command, Event, HoldId, Input, Instant, Kind, LostReason, Member,
-    NotAcquired, Notice, OpId, Output, Reply, RequestId, Wait,
+    Command, Event, HoldId, Input, Instant, LostReason, Member, NotAcquired, Notice, OpId, Output,
+    Reply, RequestId,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -29,44 +29,12 @@ pub(crate) struct Granted<T> {
 
 pub(crate) type GrantReply<T> = oneshot::Sender<Result<Option<Granted<T>>, Error>>;
 
-/// A call from the public API.
+/// A call from the public API: a command for the engine, and who hears its terminal event
+/// (nobody for a cancel, whose acquire hears it).
 #[derive(Debug)]
-pub(crate) enum Call {
-    Acquire {
-        op: OpId,
-        name: String,
-        owner: u64,
-        lease: Duration,
-        /// `None`: wait as long as it takes; zero: try once.
-        wait: Option<Duration>,
-        max_hold: Option<Duration>,
-        fair: bool,
-        kind: Kind,
-        reply: GrantReply<u64>,
-    },
-    AcquireMulti {
-        op: OpId,
-        names: Vec<String>,
-        lease: Duration,
-        /// As for `Acquire`.
-        wait: Option<Duration>,
-        max_hold: Option<Duration>,
-        reply: GrantReply<Vec<Member>>,
-    },
-    Release {
-        op: OpId,
-        hold: HoldId,
-        reply: Option<oneshot::Sender<Result<(), Error>>>,
-    },
-    Extend {
-        op: OpId,
-        hold: HoldId,
-        lease: Duration,
-        reply: oneshot::Sender<Result<(), Error>>,
-    },
-    Cancel {
-        op: OpId,
-    },
+pub(crate) struct Call {
+    pub(crate) command: Command,
+    pub(crate) waiter: Option<Waiter>,
 }
 
 /// One request on its way, with the id its reply goes back under.
@@ -87,7 +55,8 @@ impl std::future::Future for InFlight {
     }
 }
 
-enum Waiter {
+#[derive(Debug)]
+pub(crate) enum Waiter {
     Acquire(GrantReply<u64>),
     AcquireMulti(GrantReply<Vec<Member>>),
     Done(Option<oneshot::Sender<Result<(), Error>>>),
@@ -219,70 +188,13 @@ impl Driver {
         }
     }
 
-    fn call(&mut self, call: Call) {
-        let now = self.now();
-        let wait = |wait: Option<Duration>| match wait {
-            None => Wait::Forever,
-            Some(d) if d.is_zero() => Wait::No,
-            Some(d) => Wait::Until(now + d),
-        };
-        let command = match call {
-            Call::Acquire {
-                op,
-                name,
-                owner,
-                lease,
-                wait: wait_for,
-                max_hold,
-                fair,
-                kind,
-                reply,
-            } => {
-                self.waiting.insert(op, Waiter::Acquire(reply));
-                Command::Acquire(Acquire {
-                    op,
-                    name,
-                    owner,
-                    lease,
-                    wait: wait(wait_for),
-                    max_hold,
-                    fair,
-                    kind,
-                })
-            }
-            Call::AcquireMulti {
-                op,
-                names,
-                lease,
-                wait: wait_for,
-                max_hold,
-                reply,
-            } => {
-                self.waiting.insert(op, Waiter::AcquireMulti(reply));
-                Command::AcquireMulti(AcquireMulti {
-                    op,
-                    names,
-                    lease,
-                    wait: wait(wait_for),
-                    max_hold,
-                })
-            }
-            Call::Release { op, hold, reply } => {
-                self.waiting.insert(op, Waiter::Done(reply));
-                Command::Release { op, hold }
-            }
-            Call::Extend {
-                op,
-                hold,
-                lease,
-                reply,
-            } => {
-                self.waiting.insert(op, Waiter::Done(Some(reply)));
-                Command::Extend { op, hold, lease }
-            }
-            Call::Cancel { op } => Command::Cancel { op },
-        };
-        let result = self.engine.handle_input(now, Input::Command(command));
+    fn call(&mut self, Call { command, waiter }: Call) {
+        if let Some(waiter) = waiter {
+            self.waiting.insert(command.op(), waiter);
+        }
+        let result = self
+            .engine
+            .handle_input(self.now(), Input::Command(command));
         self.check(result);
     }
 
@@ -312,10 +224,12 @@ impl Driver {
             .subscribe();
         if let Err(Ok(Some(granted))) = reply.send(Ok(Some(Granted { hold, tokens, lost }))) {
             let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
-            self.call(Call::Release {
-                op,
-                hold: granted.hold,
-                reply: None,
+            self.call(Call {
+                command: Command::Release {
+                    op,
+                    hold: granted.hold,
+                },
+                waiter: Some(Waiter::Done(None)),
             });
         }
     }
