@@ -703,7 +703,7 @@ fn first_number(reply: &Value) -> i64 {
     }
 }
 
-/// The fenced write ([`redis::FENCED_WRITE`]) against the reference store: random tokens
+/// The fenced write ([`redis::fenced_write`]) against the reference store: random tokens
 /// (equal, smaller, larger, beyond 2^53, malformed) give the same replies and keyspace.
 #[test]
 fn fenced_write_matches_redis_server() {
@@ -711,7 +711,7 @@ fn fenced_write_matches_redis_server() {
     let mut con = resp::Client::open(server.url())
         .and_then(|c| c.get_connection())
         .expect("connect");
-    let script = resp::Script::new(redis::FENCED_WRITE);
+    let script = resp::Script::new(&Script::FencedWrite.source());
     let mut store = Store::new();
     let mut rng = Rng(7);
     let tokens = [
@@ -742,7 +742,13 @@ fn fenced_write_matches_redis_server() {
             .invoke::<resp::Value>(&mut con)
             .map(convert)
             .map_err(|e| e.to_string());
-        let reference = store.fenced_write(0, resource, &token, &value);
+        let (keys, args) = (
+            vec![resource.to_owned()],
+            vec![token.clone(), value.clone()],
+        );
+        let reference = store
+            .eval(0, Script::FencedWrite, &keys, &args)
+            .map(|outcome| outcome.reply);
         match (&real, &reference) {
             (Ok(a), Ok(b)) => {
                 assert_eq!(a, b, "step {step}: {resource} {token}");

@@ -8,7 +8,7 @@ use dlock_core::LockStatus;
 use dlock_core::redis::FencedWrite;
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, HoldId, Instant, Kind, LostReason, Member,
-    OpId, Protocol, Response, Wait,
+    Op, OpId, Protocol, Response, Wait,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
@@ -315,11 +315,8 @@ impl Client {
                 "fencing tokens start at 1; 0 is never one".into(),
             ));
         }
-        let reply = self
-            .inner
-            .transport
-            .fenced_write(resource, token, value)
-            .await;
+        let op = Op::Redis(dlock_core::redis::fenced_write(resource, token, value));
+        let reply = self.inner.transport.execute(op).await;
         match reply.map_err(dlock_core::Error::from)? {
             Response::Redis(value) => Ok(dlock_core::redis::parse_fenced_write(&value)?),
             other => Err(dlock_core::Error::MalformedReply(format!(

@@ -225,6 +225,7 @@ fn core_script(s: Script) -> CoreScript {
         Script::RwAcquire => CoreScript::RwAcquire,
         Script::RwRelease => CoreScript::RwRelease,
         Script::RwDequeue => CoreScript::RwDequeue,
+        Script::FencedWrite => CoreScript::FencedWrite,
     }
 }
 
@@ -262,6 +263,7 @@ fn redis_op(op: RedisOp) -> WitOp {
                 CoreScript::RwAcquire => Script::RwAcquire,
                 CoreScript::RwRelease => Script::RwRelease,
                 CoreScript::RwDequeue => Script::RwDequeue,
+                CoreScript::FencedWrite => Script::FencedWrite,
             },
             keys,
             args,

@@ -350,6 +350,7 @@ fn redis_op(op: WitOp) -> RedisOp {
                 Script::RwAcquire => CoreScript::RwAcquire,
                 Script::RwRelease => CoreScript::RwRelease,
                 Script::RwDequeue => CoreScript::RwDequeue,
+                Script::FencedWrite => CoreScript::FencedWrite,
             },
             keys: e.keys,
             args: e.args,

@@ -42,10 +42,13 @@ pub enum Script {
     RwAcquire,
     RwRelease,
     RwDequeue,
+    /// For the resource a lock protects, not the lock: store a value only under a fencing
+    /// token at least as new as every one stored before ([`fenced_write`]).
+    FencedWrite,
 }
 
 impl Script {
-    pub const ALL: [Script; 12] = [
+    pub const ALL: [Script; 13] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
@@ -58,6 +61,7 @@ impl Script {
         Script::RwAcquire,
         Script::RwRelease,
         Script::RwDequeue,
+        Script::FencedWrite,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -75,12 +79,15 @@ impl Script {
             Script::RwAcquire => "rw-acquire",
             Script::RwRelease => "rw-release",
             Script::RwDequeue => "rw-dequeue",
+            Script::FencedWrite => "fenced-write",
         }
     }
 
-    /// The full Lua source sent to the server (shared helpers first).
+    /// The full Lua source sent to the server (shared helpers first; the fenced write, which
+    /// touches no lock, has none).
     pub fn source(self) -> String {
         let (helpers, body) = match self {
+            Script::FencedWrite => return include_str!("lua/fenced_write.lua").to_owned(),
             Script::Acquire => (&[][..], include_str!("lua/acquire.lua")),
             Script::Release => (&[][..], include_str!("lua/release.lua")),
             Script::Dequeue => (&[][..], include_str!("lua/dequeue.lua")),
@@ -108,10 +115,15 @@ impl Script {
 }
 
 /// The fenced write, for the resource a lock protects (not part of the lock protocol):
-/// `EVALSHA sha1(FENCED_WRITE) 1 resource token value` stores `value` in the hash `resource`
-/// (fields `value` and `fence`) only if `token` is at least the highest token stored there
-/// before. Its reply is read by [`parse_fenced_write`].
-pub const FENCED_WRITE: &str = include_str!("lua/fenced_write.lua");
+/// stores `value` in the hash `resource` (fields `value` and `fence`) only if `token` is at
+/// least the highest token stored there before. Its reply is read by [`parse_fenced_write`].
+pub fn fenced_write(resource: &str, token: u64, value: &str) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::FencedWrite,
+        keys: vec![resource.to_owned()],
+        args: vec![token.to_string(), value.to_owned()],
+    }
+}
 
 /// What a fenced write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +135,7 @@ pub enum FencedWrite {
     Stale { highest: u64 },
 }
 
-/// The outcome of a [`FENCED_WRITE`] from its reply.
+/// The outcome of a [`fenced_write`] from its reply.
 pub fn parse_fenced_write(reply: &Value) -> Result<FencedWrite, Error> {
     let bad = || Error::MalformedReply(format!("fenced write replied {reply:?}"));
     let Value::Array(items) = reply else {

@@ -72,6 +72,7 @@ impl Store {
             Script::RwAcquire => self.rw_acquire(keys, args),
             Script::RwRelease => self.rw_release(keys, args),
             Script::RwDequeue => self.rw_dequeue(keys, args),
+            Script::FencedWrite => self.fenced_write(keys, args),
         }?;
         Ok(Outcome {
             reply,
@@ -121,16 +122,12 @@ impl Store {
         self.hget(key, field)
     }
 
-    /// The fenced write ([`super::FENCED_WRITE`]) at server time `now_ms`, mirroring its
-    /// Lua source.
-    pub fn fenced_write(
-        &mut self,
-        now_ms: u64,
-        resource: &str,
-        token: &str,
-        value: &str,
-    ) -> Result<Value, String> {
-        self.now = now_ms;
+    /// The fenced write ([`super::fenced_write`]), mirroring its Lua source.
+    fn fenced_write(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let ([resource], [token, value]) = (keys, args) else {
+            return Err("ERR dlock fenced write takes 1 key and 2 arguments".into());
+        };
+        let (resource, token, value) = (resource.as_str(), token.as_str(), value.as_str());
         let highest = self.hget(resource, "fence")?.unwrap_or_else(|| "0".into());
         let decimal = token
             .bytes()

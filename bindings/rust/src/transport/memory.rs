@@ -97,17 +97,6 @@ impl MemoryTransport {
         Box::pin(async move { reply.map(Response::Redis) })
     }
 
-    pub(crate) fn fenced_write(&self, resource: &str, token: u64, value: &str) -> Pending {
-        let reply = self
-            .server
-            .store
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .fenced_write(self.server.now_ms(), resource, &token.to_string(), value)
-            .map_err(TransportError::Server);
-        Box::pin(async move { reply.map(Response::Redis) })
-    }
-
     pub(crate) fn close(&self) {
         let mut subscribers = self
             .server

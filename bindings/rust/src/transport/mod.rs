@@ -180,20 +180,6 @@ impl Transport {
         }
     }
 
-    /// Runs the fenced write (`dlock_core::redis::FENCED_WRITE`) on a resource; Redis and
-    /// memory:// only (the client refuses it on ZooKeeper before calling this).
-    pub(crate) fn fenced_write(&self, resource: &str, token: u64, value: &str) -> Pending {
-        match self {
-            Transport::Redis(t) => t.fenced_write(resource, token, value),
-            Transport::Memory(t) => t.fenced_write(resource, token, value),
-            Transport::Zk(_) | Transport::Redlock(_) => Box::pin(async {
-                Err(TransportError::Server(
-                    "fenced writes run on one Redis".into(),
-                ))
-            }),
-        }
-    }
-
     /// Stops delivering notices.
     pub(crate) fn close(&self) {
         match self {

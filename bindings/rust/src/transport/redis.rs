@@ -52,7 +52,6 @@ impl Connection {
 pub(crate) struct RedisTransport {
     con: Connection,
     scripts: Arc<BTreeMap<Script, redis::Script>>,
-    fenced_write: Arc<redis::Script>,
     subscribe: mpsc::UnboundedSender<Subscription>,
     pubsub: Arc<tokio::task::AbortHandle>,
 }
@@ -124,7 +123,6 @@ impl RedisTransport {
         Ok(Self {
             con,
             scripts: scripts(),
-            fenced_write: Arc::new(redis::Script::new(dlock_core::redis::FENCED_WRITE)),
             subscribe,
             pubsub: Arc::new(task.abort_handle()),
         })
@@ -150,16 +148,6 @@ impl RedisTransport {
                 })
             }
         }
-    }
-
-    pub(crate) fn fenced_write(&self, resource: &str, token: u64, value: &str) -> Pending {
-        let (mut con, script) = (self.con.clone(), self.fenced_write.clone());
-        let (resource, value) = (resource.to_owned(), value.to_owned());
-        Box::pin(async move {
-            let mut call = script.prepare_invoke();
-            call.key(resource).arg(token).arg(value);
-            con.invoke(call).await
-        })
     }
 
     pub(crate) fn close(&self) {
