@@ -9,7 +9,7 @@ pub struct OpId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HoldId(pub u64);
 
-/// An engine-chosen id that pairs a [`Request`] with its reply.
+/// An engine-chosen id that pairs a [`Request`](crate::Request) with its reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(pub u64);
 

@@ -41,6 +41,13 @@
 //! held while a majority of independent servers hold it, and waiters retry with a randomised
 //! back-off. `docs/PROTOCOL.md` gives the wire protocol and the argument.
 //!
+//! ## Where things live
+//!
+//! One lock lifecycle (`src/lock`: the tenure index, reentrancy, deadlines, validity,
+//! renewal, loss, close) serves every backend; each backend is a strategy of it that supplies
+//! only its own requests, replies, notices and timers: [`redis`] (one server, and Redis
+//! Cluster), [`redlock`] and [`zk`]. `core/README.md` maps every concern to its file.
+//!
 //! ```
 //! use core::time::Duration;
 //! use dlock_core::{

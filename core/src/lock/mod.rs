@@ -16,7 +16,7 @@
 //!
 //! | state | how it is entered | how it is left |
 //! | --- | --- | --- |
-//! | — | | `acquire` of a new (kind, name, owner): a new tenure, **pending** ([`Backend::start`]); of a held one: a reentry (the lifecycle counts it, or [`Backend::reenter`] asks a server that counts) |
+//! | — | | `acquire` of a new (kind, name, owner): a new tenure, **pending** ([`Backend::start`]); of a held one: a reentry (the lifecycle counts it, or [`Backend::reenter`] asks a server that counts; releases likewise, [`Backend::release_level`]) |
 //! | **pending** | `acquire` | granted → **held** ([`Lifecycle::grant`], terminal `Acquired`); refused, failed, timed out (`WaitDeadline`), cancelled or closed → **gone** ([`Lifecycle::abandon`]: one terminal event, and [`Backend::give_up`] leaves the queue unless closed) |
 //! | **held** | a grant | renewed ([`Lifecycle::renewed`]: validity moves on, never back); released to count 0 → **gone** ([`Backend::release`]); validity ran out (`Expire`), max hold (`MaxHold`), refused by the server, a broken session or close → **gone** ([`Lifecycle::lose`]: one `Lost`, [`Backend::lost`] gives back what the server may keep, and commands under way on it end with `LockLost`) |
 //!
@@ -61,9 +61,10 @@ pub(crate) trait Backend: Sized + fmt::Debug {
     /// The backend's name in refusals ("Redlock offers no semaphores").
     const NAME: &'static str;
     /// The protocol its replies come in, for malformed-reply errors.
-    const WIRE: &'static str;
+    const WIRE: &'static str = Self::NAME;
     /// The primitives it offers.
-    const OFFERS: &'static [Primitive];
+    const OFFERS: &'static [Primitive] =
+        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
     /// The server counts a hold's levels: a reentry and the release of a level are requests
     /// ([`Backend::reenter`], [`Backend::release`] with a count). Otherwise the lifecycle
     /// counts them, and only a tenure's first acquire and last release reach the server.
@@ -116,20 +117,20 @@ pub(crate) trait Backend: Sized + fmt::Debug {
     /// Starts the acquire of new tenure `seq`.
     fn start(&mut self, life: &mut Lifecycle<Self>, seq: u64);
 
-    /// A reentrant acquire `op` of held `seq` ([`Backend::SERVER_COUNTS`] only).
-    fn reenter(&mut self, life: &mut Lifecycle<Self>, seq: u64, op: OpId);
+    /// A reentrant acquire `op` of held `seq`, asked of a server that counts levels.
+    fn reenter(&mut self, _life: &mut Lifecycle<Self>, _seq: u64, _op: OpId) {
+        unreachable!("{} counts no levels on the server", Self::NAME)
+    }
 
-    /// Release `op` of hold `seq` down to `count` levels. At 0 the tenure is already
-    /// forgotten and handed over; with a count left ([`Backend::SERVER_COUNTS`] only) it is
-    /// still in the index.
-    fn release(
-        &mut self,
-        life: &mut Lifecycle<Self>,
-        op: OpId,
-        seq: u64,
-        count: u32,
-        forgotten: Option<Tenure<Self>>,
-    );
+    /// Release `op` of one level of held `seq`, `count` levels staying, asked of a server
+    /// that counts levels.
+    fn release_level(&mut self, _life: &mut Lifecycle<Self>, _op: OpId, _seq: u64, _count: u32) {
+        unreachable!("{} counts no levels on the server", Self::NAME)
+    }
+
+    /// Release `op` of the last level of hold `seq`: `t`, already forgotten (the
+    /// application stops relying on the lock now, whatever the reply says).
+    fn release(&mut self, life: &mut Lifecycle<Self>, op: OpId, seq: u64, t: Tenure<Self>);
 
     /// Extend `op` of held `seq` to `lease`.
     fn extend(&mut self, life: &mut Lifecycle<Self>, op: OpId, seq: u64, lease: Duration);
@@ -612,11 +613,10 @@ impl<B: Backend> Machine<B> {
         let count = h.count;
         match count {
             0 => {
-                // The application stops relying on the lock now, whatever the reply says.
                 let t = life.forget(b, seq).ok_or(Error::NotHeld { hold })?;
-                b.release(life, op, seq, 0, Some(t));
+                b.release(life, op, seq, t);
             }
-            _ if B::SERVER_COUNTS => b.release(life, op, seq, count, None),
+            _ if B::SERVER_COUNTS => b.release_level(life, op, seq, count),
             _ => life.finish(Event::Released { op, hold, count }),
         }
         Ok(())

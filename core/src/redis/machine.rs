@@ -24,8 +24,7 @@ use crate::redis::{
 };
 use crate::time::Instant;
 use crate::types::{
-    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
-    Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Response, Wait,
 };
 
 /// What a Redis tenure is on the server.
@@ -168,17 +167,30 @@ impl Place {
     }
 }
 
-/// A pending acquire. While `asking`, notices wait for the reply, which may prove them fresh:
-/// `woken` keeps a hand-off's fencing token, `free` a non-fair release that freed the lock.
+/// A pending acquire: its place in the queue, where its ACQUIREs stand, and the fencing token
+/// of a hand-off notice not yet acted on (it arrived while an ACQUIRE was under way, whose
+/// reply may prove it fresh or stale).
 #[derive(Debug)]
 pub(crate) struct Pending {
     place: Place,
-    /// An ACQUIRE of it is under way.
-    asking: bool,
-    /// The fencing token of a hand-off notice not yet acted on.
+    step: Step,
     woken: Option<u64>,
-    /// Look again as soon as the ACQUIRE under way is answered.
-    free: bool,
+}
+
+/// A pending acquire has at most one ACQUIRE under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// None: it waits for a wake-up or its refresh.
+    Idle,
+    /// One is; `free`: a non-fair release freed the lock and woke us meanwhile, so look again
+    /// as soon as it is answered.
+    Asking { free: bool },
+}
+
+impl Pending {
+    fn asking(&self) -> bool {
+        self.step != Step::Idle
+    }
 }
 
 #[derive(Debug)]
@@ -296,7 +308,7 @@ impl Redis {
         let State::Pending(w) = &mut t.state else {
             return;
         };
-        w.state.asking = true;
+        w.state.step = Step::Asking { free: false };
         let mode = w.state.place.mode();
         let req = self.acquire_op(t, 1, mode);
         life.clear_timer(RedisTimer::Refresh(seq));
@@ -330,7 +342,7 @@ impl Redis {
         };
         let (op, waiting) = (w.op, w.wait != Wait::No);
         let p = &mut w.state;
-        p.asking = false;
+        let free = std::mem::replace(&mut p.step, Step::Idle) == Step::Asking { free: true };
         match reply.and_then(|v| redis::parse_acquire(&v)) {
             Ok(AcquireReply::Acquired {
                 fencing_token,
@@ -356,7 +368,6 @@ impl Redis {
                     p.place = Place::Queued { at: sent, latest };
                 }
                 let woken = p.woken.is_some();
-                let free = std::mem::take(&mut p.free);
                 // Refresh our place in the queue in time to keep it, and look again as soon as
                 // the holder's lease runs out: a holder that dies without releasing wakes
                 // nobody, so the queue head must come and take the lock itself.
@@ -530,7 +541,7 @@ impl Redis {
                 p.woken = Some(p.woken.map_or(fencing_token, |w| w.max(fencing_token)));
                 self.take_hand_off(life, seq);
             }
-            None if p.asking => p.free = true,
+            None if p.asking() => p.step = Step::Asking { free: true },
             // Queued (or about to be): ask again now, to take the lock if it is still free.
             None => self.send_acquire(life, seq),
         }
@@ -552,7 +563,7 @@ impl Redis {
         };
         let p = &mut w.state;
         let Some(fencing_token) = p.woken else { return };
-        if p.asking {
+        if p.asking() {
             return; // its reply decides
         }
         p.woken = None;
@@ -574,9 +585,6 @@ impl Redis {
 
 impl Backend for Redis {
     const NAME: &'static str = "Redis";
-    const WIRE: &'static str = "Redis";
-    const OFFERS: &'static [Primitive] =
-        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
     const SERVER_COUNTS: bool = true;
     const RENEWS_HOLDS: bool = true;
 
@@ -647,9 +655,8 @@ impl Backend for Redis {
             } else {
                 Place::Joining
             },
-            asking: false,
+            step: Step::Idle,
             woken: None,
-            free: false,
         };
         let keys = Keys {
             keys,
@@ -676,19 +683,16 @@ impl Backend for Redis {
         Redis::send(life, req, Purpose::Reenter { seq, op, lease });
     }
 
-    fn release(
-        &mut self,
-        life: &mut Life,
-        op: OpId,
-        seq: u64,
-        count: u32,
-        forgotten: Option<Tenure<Redis>>,
-    ) {
-        let Some(t) = forgotten.as_ref().or_else(|| life.tenures.get(seq)) else {
-            return;
-        };
-        let req = t.data.release(&t.token, count);
-        Redis::send(life, req, Purpose::Release { seq, op, count });
+    fn release_level(&mut self, life: &mut Life, op: OpId, seq: u64, count: u32) {
+        if let Some(t) = life.tenures.get(seq) {
+            let req = t.data.release(&t.token, count);
+            Redis::send(life, req, Purpose::Release { seq, op, count });
+        }
+    }
+
+    fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Redis>) {
+        let req = t.data.release(&t.token, 0);
+        Redis::send(life, req, Purpose::Release { seq, op, count: 0 });
     }
 
     fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
@@ -746,7 +750,7 @@ impl Backend for Redis {
     fn timer(&mut self, life: &mut Life, timer: RedisTimer) {
         match timer {
             RedisTimer::Refresh(seq) => {
-                if life.tenures.pending(seq).is_some_and(|w| !w.state.asking) {
+                if life.tenures.pending(seq).is_some_and(|w| !w.state.asking()) {
                     self.send_acquire(life, seq);
                 }
             }

@@ -628,6 +628,7 @@ fn node_timeout(request_timeout: Duration, lease: Duration) -> Duration {
 
 impl Backend for Redlock {
     const NAME: &'static str = "Redlock";
+    /// Every node speaks the Redis protocol.
     const WIRE: &'static str = "Redis";
     const OFFERS: &'static [Primitive] = &[Primitive::Lock];
     const SERVER_COUNTS: bool = false;
@@ -661,19 +662,7 @@ impl Backend for Redlock {
         self.attempt(life, seq);
     }
 
-    fn reenter(&mut self, _: &mut Life, _: u64, _: OpId) {
-        unreachable!("Redlock counts reentries in the lifecycle")
-    }
-
-    fn release(
-        &mut self,
-        life: &mut Life,
-        op: OpId,
-        seq: u64,
-        _: u32,
-        forgotten: Option<Tenure<Redlock>>,
-    ) {
-        let Some(t) = forgotten else { return };
+    fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Redlock>) {
         let req = redis::release(&t.data, &t.token, 0, Fairness::Fair);
         self.round(life, RoundKind::Release { op }, &[(seq, t.lease)], req);
     }

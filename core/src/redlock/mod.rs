@@ -3,7 +3,7 @@
 //!
 //! Every node runs the Redis protocol's own scripts ([`crate::redis`]) on the same keys; this
 //! machine only decides which node gets what and when a majority has answered. Requests go
-//! out as [`Op::Redlock`] with the node's index. `docs/PROTOCOL.md` §9 gives the rules and the
+//! out as [`Op::Redlock`](crate::Op::Redlock) with the node's index. `docs/PROTOCOL.md` §9 gives the rules and the
 //! argument.
 //!
 //! - **Acquire**: ACQUIRE `try` on every node at once. Each node that grants the lock answers
@@ -17,7 +17,7 @@
 //! - **Release**: RELEASE on every node; a majority of "freed" ends it cleanly.
 //! - **Reentrancy** is counted by the engine, as on ZooKeeper.
 //!
-//! [`machine`] is the strategy that does this on the lock lifecycle ([`crate::lock`]).
+//! `machine` is the strategy that does this on the lock lifecycle (`core/src/lock`).
 
 pub(crate) mod machine;
 

@@ -26,8 +26,7 @@ use crate::lock::{Backend, Lifecycle, Machine, valid_until};
 use crate::owner::owner_token;
 use crate::time::Instant;
 use crate::types::{
-    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
-    Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Response, Wait,
 };
 use crate::zk::{self, ZkOp, ZkReply};
 
@@ -40,16 +39,29 @@ pub(crate) struct Dir {
     downgrade: Option<String>,
 }
 
-/// A pending acquire: what we know of its contender node, whether a request of it is under
-/// way (one at a time), the nodes ahead still to watch, and whether a watch of ours fired
-/// while a request was under way (list the directory again once it is answered).
+/// A pending acquire: what we know of its contender node, where its requests stand, and the
+/// nodes ahead of it still to watch, set one after the other.
 #[derive(Debug)]
 pub(crate) struct Pending {
     node: Node,
-    in_flight: bool,
-    /// Nodes ahead of ours still to watch, set one after the other.
+    step: Step,
     to_watch: Vec<String>,
-    stale: bool,
+}
+
+/// A pending acquire has at most one request under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// None: it waits for a watch to fire, or for its retry.
+    Idle,
+    /// One is; `stale`: a watch of ours fired meanwhile, so a watch being set is moot and the
+    /// directory is listed again once it is answered.
+    Asking { stale: bool },
+}
+
+impl Pending {
+    fn asking(&self) -> bool {
+        self.step != Step::Idle
+    }
 }
 
 /// What we know of a pending tenure's contender node.
@@ -313,7 +325,6 @@ impl Zk {
             .rev()
             .map(|c| format!("{dir}/{c}"))
             .collect();
-        p.stale = false;
         let (wait, full, op) = (w.wait, ahead.len() >= permits, w.op);
         for stray in strays {
             self.clean(life, Cleanup::Delete(stray));
@@ -340,12 +351,18 @@ impl Zk {
         }
     }
 
-    fn on_watch(&mut self, life: &mut Life, seq: u64, path: String, reply: Result<ZkReply, Error>) {
+    fn on_watch(
+        &mut self,
+        life: &mut Life,
+        seq: u64,
+        path: String,
+        stale: bool,
+        reply: Result<ZkReply, Error>,
+    ) {
         let fired = self.fired.remove(&path);
-        let Some(w) = life.tenures.pending_mut(seq) else {
+        if life.tenures.pending(seq).is_none() {
             return;
-        };
-        let stale = std::mem::take(&mut w.state.stale);
+        }
         match reply {
             Ok(ZkReply::Done) if !fired && !stale => {
                 self.watches.insert((path, seq));
@@ -470,7 +487,7 @@ impl Zk {
 
     fn send_pending(&mut self, life: &mut Life, seq: u64, op: ZkOp, purpose: Purpose) {
         if let Some(w) = life.tenures.pending_mut(seq) {
-            w.state.in_flight = true;
+            w.state.step = Step::Asking { stale: false };
             life.clear_timer(ZkTimer::Retry(seq));
             Zk::send(life, op, purpose);
         }
@@ -537,9 +554,6 @@ pub(crate) fn fencing_token(sequence: u64) -> u64 {
 
 impl Backend for Zk {
     const NAME: &'static str = "ZooKeeper";
-    const WIRE: &'static str = "ZooKeeper";
-    const OFFERS: &'static [Primitive] =
-        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
     const SERVER_COUNTS: bool = false;
     const RENEWS_HOLDS: bool = false;
 
@@ -592,9 +606,8 @@ impl Backend for Zk {
         };
         let pending = Pending {
             node: Node::None,
-            in_flight: false,
+            step: Step::Idle,
             to_watch: Vec::new(),
-            stale: false,
         };
         let token = owner_token(self.client_id, seq);
         (token, Dir { dir, downgrade }, pending)
@@ -604,29 +617,11 @@ impl Backend for Zk {
         self.advance(life, seq);
     }
 
-    fn reenter(&mut self, _: &mut Life, _: u64, _: OpId) {
-        unreachable!("ZooKeeper reentries are counted in the lifecycle")
-    }
-
-    fn release(
-        &mut self,
-        life: &mut Life,
-        op: OpId,
-        seq: u64,
-        _: u32,
-        forgotten: Option<Tenure<Zk>>,
-    ) {
-        let Some(Tenure {
-            state: State::Held(h),
-            ..
-        }) = forgotten
-        else {
-            return;
-        };
-        let path = h.data;
-        let hold = HoldId(seq);
-        let op_ = ZkOp::Delete { path: path.clone() };
-        Zk::send(life, op_, Purpose::Release { op, hold, path });
+    fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Zk>) {
+        let State::Held(h) = t.state else { return };
+        let (path, hold) = (h.data, HoldId(seq));
+        let req = ZkOp::Delete { path: path.clone() };
+        Zk::send(life, req, Purpose::Release { op, hold, path });
     }
 
     /// Confirms that the node is still ours; the lease stays the session timeout.
@@ -647,15 +642,17 @@ impl Backend for Zk {
             self.confirm(life, req.sent_at);
         }
         // A pending tenure has at most one request under way: whatever its answer, the next
-        // step (or a retry, or a reconnect) may send again. Cleared here, once, so that no
-        // reply arm can leave a waiter marked busy with nothing under way.
+        // step (or a retry, or a reconnect) may send again. Idle again here, once, so that no
+        // reply arm can leave a waiter asking with nothing under way.
+        let mut stale = false;
         if let Purpose::Parents { seq }
         | Purpose::Create { seq }
         | Purpose::Children { seq }
         | Purpose::Watch { seq, .. } = req.purpose
             && let Some(w) = life.tenures.pending_mut(seq)
+            && let Step::Asking { stale: s } = std::mem::replace(&mut w.state.step, Step::Idle)
         {
-            w.state.in_flight = false;
+            stale = s;
         }
         match req.purpose {
             Purpose::Parents { seq } => match reply {
@@ -665,7 +662,7 @@ impl Backend for Zk {
             },
             Purpose::Create { seq } => self.on_create(life, seq, reply),
             Purpose::Children { seq } => self.on_children(life, seq, reply),
-            Purpose::Watch { seq, path } => self.on_watch(life, seq, path, reply),
+            Purpose::Watch { seq, path } => self.on_watch(life, seq, path, stale, reply),
             Purpose::Release { op, hold, path } => self.on_release(life, op, hold, path, reply),
             Purpose::Extend { seq, op } => self.on_extend(life, seq, op, reply),
             // A failed heartbeat is not retried: the next one is a third of the session
@@ -697,7 +694,7 @@ impl Backend for Zk {
                 for c in self.cleanup.keys().cloned().collect::<Vec<_>>() {
                     self.send_cleanup(life, c);
                 }
-                for seq in life.tenures.pending_where(|p| !p.in_flight) {
+                for seq in life.tenures.pending_where(|p| !p.asking()) {
                     self.advance(life, seq);
                 }
             }
@@ -719,7 +716,7 @@ impl Backend for Zk {
                         // A waiter lost its place in line with its node. An acquire that
                         // has no node yet goes on with the next session.
                         Some(State::Pending(w))
-                            if w.state.node == Node::None && !w.state.in_flight => {}
+                            if w.state.node == Node::None && !w.state.asking() => {}
                         Some(State::Pending(_)) => life.fail(self, seq, Error::SessionExpired),
                         None => {}
                     }
@@ -735,11 +732,11 @@ impl Backend for Zk {
                     self.watches.remove(&(path.clone(), *seq));
                     // A waiter setting its next watch looks again once that is answered.
                     match life.tenures.pending_mut(*seq) {
-                        Some(w) if w.state.in_flight => w.state.stale = true,
+                        Some(w) if w.state.asking() => w.state.step = Step::Asking { stale: true },
                         _ => self.children(life, *seq),
                     }
                 }
-                if watchers.is_empty() && life.tenures.any_pending(|p| p.in_flight) {
+                if watchers.is_empty() && life.tenures.any_pending(Pending::asking) {
                     self.fired.insert(path);
                 }
             }
@@ -750,11 +747,7 @@ impl Backend for Zk {
     fn timer(&mut self, life: &mut Life, timer: ZkTimer) {
         match timer {
             ZkTimer::Retry(seq) => {
-                if life
-                    .tenures
-                    .pending(seq)
-                    .is_some_and(|w| !w.state.in_flight)
-                {
+                if life.tenures.pending(seq).is_some_and(|w| !w.state.asking()) {
                     self.advance(life, seq);
                 }
             }
@@ -789,7 +782,7 @@ impl Backend for Zk {
             Node::Created { path, .. } => self.clean(life, Cleanup::Delete(path.clone())),
             // A create that got no answer, or one still under way: the sweep's listing runs
             // after it on the session's connection and finds the node if it exists.
-            Node::Uncertain | Node::None if p.node == Node::Uncertain || p.in_flight => {
+            Node::Uncertain | Node::None if p.node == Node::Uncertain || p.asking() => {
                 let sweep = Cleanup::Sweep {
                     dir: t.data.dir.clone(),
                     token: t.token.clone(),
