@@ -6,9 +6,17 @@
 //! milliseconds long, so locks and waiters expire during a run (dead queue heads, free locks
 //! with waiters). To keep expiry away from the instants the two sides compare, calls start
 //! just after a 10 ms tick of the server's clock and short leases are 5 ms past a multiple
-//! of 10 ms: every expiry falls mid-tick, far from any call. The reference store runs each
-//! script at the server's `TIME` read just before the call (remaining TTLs in replies may
-//! differ by a millisecond).
+//! of 10 ms, so that expiries tend to fall mid-tick, far from any call.
+//!
+//! Each call runs on redis-server in one MULTI/EXEC — `TIME`, the script, the keyspace dump
+//! (which reads `TIME` again) — so nothing runs between the two readings of the clock, however
+//! loaded the machine: the script ran at one of the milliseconds between them (or, for
+//! expiry, the one before: Redis fixes the expiry clock when EXEC starts). The reference
+//! store runs the script at the first of them at which it agrees (remaining TTLs in replies
+//! may differ by a millisecond). A comparison is given up only when the server itself was
+//! held up for longer than [`CROSSED_MS`] inside that one transaction. Under heavy load a
+//! call can still land late in its tick, and an expiry it sets can then fall on a later
+//! call's millisecond, where the reference may have picked the other reading.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -132,9 +140,13 @@ return out
 ";
 
 fn dump_real(con: &mut resp::Connection) -> (u64, BTreeMap<String, String>) {
+    parse_dump(resp::Script::new(DUMP).invoke(con).expect("dump"))
+}
+
+/// The server time and keyspace from a [`DUMP`] reply.
+fn parse_dump(v: resp::Value) -> (u64, BTreeMap<String, String>) {
     type Entry = (String, String, Vec<String>);
     let (at, entries): (u64, Vec<Entry>) = {
-        let v: resp::Value = resp::Script::new(DUMP).invoke(con).expect("dump");
         let resp::Value::Array(mut items) = v else {
             panic!("dump replied {v:?}")
         };
@@ -293,7 +305,9 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
 struct Pair {
     _server: RedisServer,
     con: resp::Connection,
-    scripts: BTreeMap<Script, resp::Script>,
+    /// SHA-1 of each script, loaded into the server (EVALSHA in MULTI cannot fall back).
+    scripts: BTreeMap<Script, String>,
+    dump: String,
     store: Store,
 }
 
@@ -308,14 +322,21 @@ impl Pair {
         let con = resp::Client::open(server.url())
             .and_then(|c| c.get_connection())
             .expect("connect");
-        let scripts = Script::ALL
-            .iter()
-            .map(|s| (*s, resp::Script::new(&s.source())))
-            .collect();
+        let mut con = con;
+        let mut load = |source: &str| -> String {
+            resp::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query(&mut con)
+                .expect("SCRIPT LOAD")
+        };
+        let scripts = Script::ALL.iter().map(|s| (*s, load(&s.source()))).collect();
+        let dump = load(DUMP);
         Pair {
             _server: server,
             con,
             scripts,
+            dump,
             store: Store::new(),
         }
     }
@@ -360,53 +381,74 @@ impl Pair {
             unreachable!()
         };
         next_tick(&mut self.con);
-        let at = server_ms(&mut self.con);
-        let mut call = self.scripts[&script].prepare_invoke();
-        for k in &keys {
-            call.key(k);
-        }
-        for a in &args {
-            call.arg(a);
-        }
-        let real = convert(
-            call.invoke::<resp::Value>(&mut self.con)
-                .expect("script runs on redis-server"),
-        );
-        let (dumped, real_keys) = dump_real(&mut self.con);
+        let (time, real, dump): ((u64, u64), resp::Value, resp::Value) = resp::pipe()
+            .atomic()
+            .cmd("TIME")
+            .cmd("EVALSHA")
+            .arg(&self.scripts[&script])
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args)
+            .cmd("EVALSHA")
+            .arg(&self.dump)
+            .arg(0)
+            .query(&mut self.con)
+            .expect("script runs on redis-server");
+        let at = time.0 * 1000 + time.1 / 1000;
+        let real = convert(real);
+        let (dumped, real_keys) = parse_dump(dump);
         if dumped > at + CROSSED_MS {
             return Err(Stalled);
         }
-        let outcome = self
-            .store
-            .eval(at, script, &keys, &args)
-            .expect("script runs on the reference store");
-        let ref_keys = self.store.dump(dumped);
-        let differing: Vec<String> = real_keys
-            .keys()
-            .chain(ref_keys.keys())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .filter(|k| match (real_keys.get(*k), ref_keys.get(*k)) {
-                (Some(a), Some(b)) => !same_text(a, b),
-                (a, b) => a != b,
-            })
-            .map(|k| {
-                format!(
-                    "{k}: redis-server {:?}, reference {:?}",
-                    real_keys.get(k),
-                    ref_keys.get(k)
-                )
-            })
-            .collect();
-        assert!(
-            same_reply(script, &real, &outcome.reply) && differing.is_empty(),
+        // The script ran at one of the milliseconds from `at` to `dumped` (or, for expiry,
+        // the one before `at`: Redis fixes the time keys expire by when EXEC starts): the
+        // first at which the reference agrees is taken.
+        let mut first = None;
+        for now in (at..=dumped).chain([at - 1]) {
+            let mut store = self.store.clone();
+            let outcome = store
+                .eval(now, script, &keys, &args)
+                .expect("script runs on the reference store");
+            let ref_keys = store.dump(dumped);
+            let differing = differing_keys(&real_keys, &ref_keys);
+            if same_reply(script, &real, &outcome.reply) && differing.is_empty() {
+                self.store = store;
+                return Ok(real);
+            }
+            first.get_or_insert((outcome, differing));
+        }
+        let (outcome, differing) = first.expect("at least one millisecond");
+        panic!(
             "{what}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}\n  reference:    {:?}\n  {}",
             script.name(),
             outcome.reply,
             differing.join("\n  "),
         );
-        Ok(real)
     }
+}
+
+/// The keys whose contents differ between the two keyspaces, described.
+fn differing_keys(
+    real_keys: &BTreeMap<String, String>,
+    ref_keys: &BTreeMap<String, String>,
+) -> Vec<String> {
+    real_keys
+        .keys()
+        .chain(ref_keys.keys())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| match (real_keys.get(*k), ref_keys.get(*k)) {
+            (Some(a), Some(b)) => !same_text(a, b),
+            (a, b) => a != b,
+        })
+        .map(|k| {
+            format!(
+                "{k}: redis-server {:?}, reference {:?}",
+                real_keys.get(k),
+                ref_keys.get(k)
+            )
+        })
+        .collect()
 }
 
 #[test]
