@@ -330,7 +330,10 @@ impl Pair {
                 .query(&mut con)
                 .expect("SCRIPT LOAD")
         };
-        let scripts = Script::ALL.iter().map(|s| (*s, load(&s.source()))).collect();
+        let scripts = Script::ALL
+            .iter()
+            .map(|s| (*s, load(&s.source())))
+            .collect();
         let dump = load(DUMP);
         Pair {
             _server: server,

@@ -161,13 +161,23 @@ pub(crate) trait Backend: Sized + fmt::Debug {
     /// been granted.
     fn give_up(&mut self, life: &mut Lifecycle<Self>, t: &Tenure<Self>);
 
-    /// The commands (extends, reentries) under way on lost hold `seq`: they end now with
-    /// `LockLost`, and their replies are ignored.
-    fn detach(&mut self, life: &mut Lifecycle<Self>, seq: u64) -> Vec<OpId>;
+    /// The purpose a request gets when its reply is to be ignored.
+    const IGNORED: Self::Purpose;
 
-    /// The machine closed with `requests` under way: the commands waiting on them, which end
-    /// with `Closed`.
-    fn closed(&mut self, requests: Vec<InFlight<Self::Purpose>>) -> Vec<OpId>;
+    /// The command that waits on a request of this purpose, if one does: it ends with
+    /// `Closed` when the machine closes.
+    fn command_of(purpose: &Self::Purpose) -> Option<OpId>;
+
+    /// The extend or reentry of hold `seq` that a request of this purpose is, if it is one: it
+    /// ends with `LockLost` when the hold is lost, and its reply is ignored from then on.
+    fn acting_on(purpose: &Self::Purpose, seq: u64) -> Option<OpId>;
+
+    /// Commands under way that the backend keeps apart from its requests (Redlock's rounds),
+    /// ended now: those acting on lost hold `Some(seq)` as [`Backend::acting_on`], or all of
+    /// them (`None`) when the machine closes.
+    fn end_own(&mut self, _seq: Option<u64>) -> Vec<OpId> {
+        Vec::new()
+    }
 
     /// Tenure `seq` left the index.
     fn forgot(&mut self, _life: &mut Lifecycle<Self>, _seq: u64) {}
@@ -323,7 +333,15 @@ impl<B: Backend> Lifecycle<B> {
         b.lost(self, &t, &reason);
         let hold = HoldId(seq);
         self.event(Event::Lost { hold, reason });
-        for op in b.detach(self, seq) {
+        let mut ended = Vec::new();
+        for req in self.base.requests.values_mut() {
+            if let Some(op) = B::acting_on(&req.purpose, seq) {
+                req.purpose = B::IGNORED;
+                ended.push(op);
+            }
+        }
+        ended.extend(b.end_own(Some(seq)));
+        for op in ended {
             let error = Error::LockLost { hold };
             self.finish(Event::Failed { op, error });
         }
@@ -655,7 +673,12 @@ impl<B: Backend> Machine<B> {
                 None => {}
             }
         }
-        for op in b.closed(life.base.close()) {
+        let requests = life.base.close();
+        let waiting = requests
+            .iter()
+            .filter_map(|req| B::command_of(&req.purpose));
+        let ended: Vec<OpId> = waiting.chain(b.end_own(None)).collect();
+        for op in ended {
             let error = Error::Closed;
             life.finish(Event::Failed { op, error });
         }

@@ -777,29 +777,25 @@ impl Backend for Redis {
         Redis::send(life, t.data.dequeue(&t.token), Purpose::Cleanup);
     }
 
-    fn detach(&mut self, life: &mut Life, seq: u64) -> Vec<OpId> {
-        let mut ops = Vec::new();
-        for req in life.base.requests.values_mut() {
-            if let Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. } =
-                req.purpose
-                && s == seq
-            {
-                req.purpose = Purpose::Cleanup;
-                ops.push(op);
-            }
+    const IGNORED: Purpose = Purpose::Cleanup;
+
+    fn command_of(purpose: &Purpose) -> Option<OpId> {
+        match *purpose {
+            Purpose::Reenter { op, .. }
+            | Purpose::Release { op, .. }
+            | Purpose::Extend { op, .. } => Some(op),
+            _ => None,
         }
-        ops
     }
 
-    fn closed(&mut self, requests: Vec<InFlight<Purpose>>) -> Vec<OpId> {
-        requests
-            .into_iter()
-            .filter_map(|req| match req.purpose {
-                Purpose::Reenter { op, .. }
-                | Purpose::Release { op, .. }
-                | Purpose::Extend { op, .. } => Some(op),
-                _ => None,
-            })
-            .collect()
+    fn acting_on(purpose: &Purpose, seq: u64) -> Option<OpId> {
+        match *purpose {
+            Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. }
+                if s == seq =>
+            {
+                Some(op)
+            }
+            _ => None,
+        }
     }
 }

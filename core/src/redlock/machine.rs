@@ -719,29 +719,35 @@ impl Backend for Redlock {
         self.give_back(life, &t.data, &t.token, t.lease);
     }
 
-    /// Extends still under way on it end now; their answers are ignored.
-    fn detach(&mut self, _: &mut Life, seq: u64) -> Vec<OpId> {
+    /// Rounds carry the commands; a request only names its round.
+    const IGNORED: Purpose = Purpose::Cleanup;
+
+    fn command_of(_: &Purpose) -> Option<OpId> {
+        None
+    }
+
+    fn acting_on(_: &Purpose, _: u64) -> Option<OpId> {
+        None
+    }
+
+    /// The extends under way on lost hold `seq` (their answers are ignored from now on), or
+    /// every extend and release when the machine closes.
+    fn end_own(&mut self, seq: Option<u64>) -> Vec<OpId> {
         let ended: Vec<u64> = self
             .rounds
             .iter()
-            .filter(|(_, r)| {
-                matches!(r.kind, RoundKind::Extend { .. }) && r.items.iter().any(|i| i.seq == seq)
+            .filter(|(_, r)| match seq {
+                Some(seq) => {
+                    matches!(r.kind, RoundKind::Extend { .. })
+                        && r.items.iter().any(|i| i.seq == seq)
+                }
+                None => true,
             })
             .map(|(id, _)| *id)
             .collect();
         ended
             .into_iter()
             .filter_map(|id| match self.rounds.remove(&id)?.kind {
-                RoundKind::Extend { op } => Some(op),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn closed(&mut self, _: Vec<InFlight<Purpose>>) -> Vec<OpId> {
-        std::mem::take(&mut self.rounds)
-            .into_values()
-            .filter_map(|round| match round.kind {
                 RoundKind::Extend { op } | RoundKind::Release { op } => Some(op),
                 RoundKind::Renew => None,
             })

@@ -793,28 +793,21 @@ impl Backend for Zk {
         }
     }
 
-    /// Extends still under way on it end now; their replies only confirm the session.
-    fn detach(&mut self, life: &mut Life, seq: u64) -> Vec<OpId> {
-        let mut ops = Vec::new();
-        for req in life.base.requests.values_mut() {
-            if let Purpose::Extend { seq: s, op } = req.purpose
-                && s == seq
-            {
-                req.purpose = Purpose::Ended;
-                ops.push(op);
-            }
+    /// A lost hold's extends still under way only confirm the session.
+    const IGNORED: Purpose = Purpose::Ended;
+
+    fn command_of(purpose: &Purpose) -> Option<OpId> {
+        match *purpose {
+            Purpose::Release { op, .. } | Purpose::Extend { op, .. } => Some(op),
+            _ => None,
         }
-        ops
     }
 
-    fn closed(&mut self, requests: Vec<InFlight<Purpose>>) -> Vec<OpId> {
-        requests
-            .into_iter()
-            .filter_map(|req| match req.purpose {
-                Purpose::Release { op, .. } | Purpose::Extend { op, .. } => Some(op),
-                _ => None,
-            })
-            .collect()
+    fn acting_on(purpose: &Purpose, seq: u64) -> Option<OpId> {
+        match *purpose {
+            Purpose::Extend { seq: s, op } if s == seq => Some(op),
+            _ => None,
+        }
     }
 
     fn forgot(&mut self, life: &mut Life, seq: u64) {
