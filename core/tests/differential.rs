@@ -1,5 +1,6 @@
 //! The reference store against a real redis-server: the same random sequences of script
-//! calls must give the same replies and leave the same keyspace.
+//! calls must give the same replies, publish the same messages (channel and payload, in
+//! order) and leave the same keyspace.
 //!
 //! The test starts its own `redis-server` (from `PATH`; `scripts/setup` installs it) on a
 //! free loopback port in a temporary directory and stops it at the end. Some leases are a few
@@ -305,6 +306,8 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
 struct Pair {
     _server: RedisServer,
     con: resp::Connection,
+    /// Subscribed to every channel while a call runs: what the scripts publish.
+    sub: resp::Connection,
     /// SHA-1 of each script, loaded into the server (EVALSHA in MULTI cannot fall back).
     scripts: BTreeMap<Script, String>,
     dump: String,
@@ -323,6 +326,9 @@ impl Pair {
             .and_then(|c| c.get_connection())
             .expect("connect");
         let mut con = con;
+        let sub = resp::Client::open(server.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect");
         let mut load = |source: &str| -> String {
             resp::cmd("SCRIPT")
                 .arg("LOAD")
@@ -338,6 +344,7 @@ impl Pair {
         Pair {
             _server: server,
             con,
+            sub,
             scripts,
             dump,
             store: Store::new(),
@@ -383,6 +390,8 @@ impl Pair {
         let RedisOp::Eval { script, keys, args } = op else {
             unreachable!()
         };
+        let mut sub = self.sub.as_pubsub();
+        sub.psubscribe("*").expect("PSUBSCRIBE");
         next_tick(&mut self.con);
         let (time, real, dump): ((u64, u64), resp::Value, resp::Value) = resp::pipe()
             .atomic()
@@ -397,6 +406,21 @@ impl Pair {
             .arg(0)
             .query(&mut self.con)
             .expect("script runs on redis-server");
+        // What the call published, in order: every message up to a marker published after it.
+        let _: i64 = resp::cmd("PUBLISH")
+            .arg(MARKER)
+            .arg("")
+            .query(&mut self.con)
+            .expect("PUBLISH");
+        let mut published = Vec::new();
+        loop {
+            let msg = sub.get_message().expect("a published message");
+            if msg.get_channel_name() == MARKER {
+                break;
+            }
+            published.push((msg.get_channel_name().to_owned(), msg.get_payload_bytes().to_vec()));
+        }
+        drop(sub);
         let at = time.0 * 1000 + time.1 / 1000;
         let real = convert(real);
         let (dumped, real_keys) = parse_dump(dump);
@@ -414,7 +438,10 @@ impl Pair {
                 .expect("script runs on the reference store");
             let ref_keys = store.dump(dumped);
             let differing = differing_keys(&real_keys, &ref_keys);
-            if same_reply(script, &real, &outcome.reply) && differing.is_empty() {
+            if same_reply(script, &real, &outcome.reply)
+                && differing.is_empty()
+                && same_messages(&published, &outcome.published)
+            {
                 self.store = store;
                 return Ok(real);
             }
@@ -422,12 +449,32 @@ impl Pair {
         }
         let (outcome, differing) = first.expect("at least one millisecond");
         panic!(
-            "{what}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}\n  reference:    {:?}\n  {}",
+            "{what}: {} {keys:?} {args:?} (server ms {at}, keys at {dumped})\n  redis-server: {real:?}, published {}\n  reference:    {:?}, published {}\n  {}",
             script.name(),
+            shown(&published),
             outcome.reply,
+            shown(&outcome.published),
             differing.join("\n  "),
         );
     }
+}
+
+/// The channel on which the test marks the end of a call's messages.
+const MARKER: &str = "dlock-differential:marker";
+
+/// Two lists of published messages agree: the same messages in the same order, exactly. (The
+/// reference runs at the millisecond the script read, so a fencing token taken from the clock
+/// is the same on both; a token off by one is a bug, not drift.)
+fn same_messages(real: &[(String, Vec<u8>)], reference: &[(String, Vec<u8>)]) -> bool {
+    real == reference
+}
+
+fn shown(messages: &[(String, Vec<u8>)]) -> String {
+    let shown: Vec<String> = messages
+        .iter()
+        .map(|(c, p)| format!("{c} {:?}", String::from_utf8_lossy(p)))
+        .collect();
+    format!("[{}]", shown.join(", "))
 }
 
 /// The keys whose contents differ between the two keyspaces, described.
