@@ -418,7 +418,10 @@ impl Pair {
             if msg.get_channel_name() == MARKER {
                 break;
             }
-            published.push((msg.get_channel_name().to_owned(), msg.get_payload_bytes().to_vec()));
+            published.push((
+                msg.get_channel_name().to_owned(),
+                msg.get_payload_bytes().to_vec(),
+            ));
         }
         drop(sub);
         let at = time.0 * 1000 + time.1 / 1000;
