@@ -341,9 +341,11 @@ impl Client {
         match wait {
             None => Wait::Forever,
             Some(d) if d.is_zero() => Wait::No,
+            // The engine's Instant saturates: a wait of Duration::MAX is "until the end of time",
+            // not an overflow.
             Some(d) => {
-                let at = self.inner.base.elapsed() + d;
-                Wait::Until(Instant::from_nanos(at.as_nanos() as u64))
+                let now = Instant::from_nanos(self.inner.base.elapsed().as_nanos() as u64);
+                Wait::Until(now + d)
             }
         }
     }

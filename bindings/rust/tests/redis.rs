@@ -417,7 +417,8 @@ async fn the_memory_backend_has_the_same_semantics_in_process() {
     let url = "memory://rust-tests";
     let a = connect(url).await.unwrap();
     let b = connect(url).await.unwrap();
-    let first = a.lock("m").acquire().await.unwrap();
+    // The longest wait there is: a deadline at the end of time, not an overflow.
+    let first = a.lock("m").wait(Duration::MAX).acquire().await.unwrap();
     assert!(b.lock("m").try_acquire().await.unwrap().is_none());
     let waiter =
         tokio::spawn(async move { b.lock("m").acquire().await.map(|g| g.fencing_token()) });
