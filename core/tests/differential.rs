@@ -329,6 +329,9 @@ impl Pair {
         let sub = resp::Client::open(server.url())
             .and_then(|c| c.get_connection())
             .expect("connect");
+        // A marker that never comes fails the test instead of hanging it.
+        sub.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
         let mut load = |source: &str| -> String {
             resp::cmd("SCRIPT")
                 .arg("LOAD")
