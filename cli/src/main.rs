@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use dlock::{Client, Error, SharedGuard};
+use dlock::{BACKENDS, Client, Error, ErrorCode, LockSpec, Primitive};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -26,11 +26,7 @@ mod exit {
 }
 
 #[derive(Parser)]
-#[command(
-    name = "dlock",
-    version,
-    about = "Distributed locks on Redis (and in process) with fencing tokens"
-)]
+#[command(name = "dlock", version, about = about(), after_help = backends_help())]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -111,10 +107,27 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct BackendArg {
-    /// Backend URL: redis://host:port[/db], rediss://…, redis-cluster://host:port[,host:port…],
-    /// zk://host:port[,host:port…][/chroot] or memory://[name].
-    #[arg(long, env = "DLOCK_BACKEND")]
+    /// Backend URL (see "Backends" in `dlock --help`).
+    #[arg(long, env = "DLOCK_BACKEND", long_help = backends_help())]
     backend: String,
+}
+
+/// One line on what dlock is, naming the backends of [`BACKENDS`].
+fn about() -> String {
+    let names: Vec<&str> = BACKENDS.iter().map(|s| s.name).collect();
+    format!(
+        "Distributed locks with fencing tokens, FIFO hand-off and a lost-lock signal ({})",
+        names.join(", ")
+    )
+}
+
+/// Every backend URL form, with what it is.
+fn backends_help() -> String {
+    let mut help = String::from("Backends (--backend, or DLOCK_BACKEND):");
+    for scheme in BACKENDS {
+        help += &format!("\n  {}\n      {}", scheme.form, scheme.about);
+    }
+    help
 }
 
 /// Human-friendly durations: `500ms`, `30s`, `2m`, `1h 30m`.
@@ -174,10 +187,9 @@ async fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("dlock: {e}");
-            ExitCode::from(if e.is_misuse() {
-                exit::USAGE
-            } else {
-                exit::UNAVAILABLE
+            ExitCode::from(match e.code() {
+                ErrorCode::InvalidArgument | ErrorCode::NotHeld | ErrorCode::Closed => exit::USAGE,
+                _ => exit::UNAVAILABLE,
             })
         }
     }
@@ -211,51 +223,29 @@ async fn run(
         permits,
         ref rw,
     } = options;
-    if locks.len() > 1 && !fair {
-        return Err(Error::InvalidArgument(
-            "--non-fair takes one --lock: the locks of a multi-lock are fair".into(),
-        ));
-    }
-    if locks.len() > 1 && (permits.is_some() || rw.is_some()) {
-        return Err(Error::InvalidArgument(
-            "--permits and --rw take one --lock: the semaphore's or read-write lock's name".into(),
-        ));
-    }
+    let mut spec = match locks {
+        [one] => LockSpec::named(one.clone(), permits, rw.as_deref())?,
+        _ if permits.is_some() || rw.is_some() => {
+            return Err(Error::InvalidArgument(
+                "--permits and --rw take one --lock: the semaphore's or read-write lock's name"
+                    .into(),
+            ));
+        }
+        many => LockSpec::new(Primitive::Multi {
+            names: many.to_vec(),
+        }),
+    };
+    spec.lease = lease;
+    spec.wait = wait;
+    spec.fair = fair;
+    spec.check()?;
     let mut client = Client::builder(backend);
     if let Some(delay) = lock_delay {
         client = client.lock_delay(delay);
     }
     let client = client.connect().await?;
     let lock = locks.join(", ");
-    let acquired: Result<SharedGuard, Error> = match locks {
-        [one] => {
-            let builder = match (permits, rw.as_deref()) {
-                (Some(n), None) => client.semaphore(one, n),
-                (None, Some("read")) => client.rw_lock(one).read(),
-                (None, Some(_)) => client.rw_lock(one).write(),
-                (None, None) => client.lock(one),
-                (Some(_), Some(_)) => {
-                    return Err(Error::InvalidArgument(
-                        "--permits and --rw exclude each other".into(),
-                    ));
-                }
-            };
-            let builder = builder.lease(lease).fair(fair);
-            builder
-                .acquire_within(wait)
-                .await
-                .map(|g| g.map(Into::into))
-        }
-        many => {
-            let builder = client.multi_lock(many).lease(lease);
-            builder
-                .acquire_within(wait)
-                .await
-                .map(|g| g.map(Into::into))
-        }
-    }
-    .and_then(|guard| guard.ok_or(Error::WaitTimedOut));
-    let guard = match acquired {
+    let guard = match spec.acquire(&client).await {
         Ok(guard) => guard,
         Err(Error::WaitTimedOut) => {
             eprintln!(

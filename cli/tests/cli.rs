@@ -617,3 +617,99 @@ fn fencing_token(json: &str) -> u64 {
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     digits.parse().expect("a number")
 }
+
+#[test]
+fn no_password_in_any_output_and_help_lists_every_backend() {
+    const PASSWORD: &str = "s3cret-pw";
+    let server = RedisServer::start_with(&[
+        "--user",
+        "alice",
+        "on",
+        &format!(">{PASSWORD}"),
+        "~*",
+        "&*",
+        "+@all",
+        "--user",
+        "default",
+        "off",
+    ]);
+    let port = server.port();
+    let closed = dlock_testkit::free_port();
+    let printed = |out: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let cases = [
+        (format!("redis://alice:{PASSWORD}@127.0.0.1:{closed}"), 69),
+        (
+            format!("redis://alice:wrong{PASSWORD}@127.0.0.1:{port}"),
+            69,
+        ),
+        (format!("redis://alice:{PASSWORD}@"), 64),
+        (
+            format!("redlock://alice:{PASSWORD}@127.0.0.1:{closed},127.0.0.1:{closed}"),
+            64,
+        ),
+        (format!("zk://alice:{PASSWORD}@127.0.0.1"), 64),
+        (format!("nope://alice:{PASSWORD}@127.0.0.1:{port}"), 64),
+        (format!("alice:{PASSWORD}@127.0.0.1:{port}"), 64),
+    ];
+    for (url, code) in &cases {
+        for out in [
+            run(url, &[], &["true"]).output().unwrap(),
+            dlock()
+                .args(["status", "--backend", url, "job"])
+                .output()
+                .unwrap(),
+        ] {
+            assert_eq!(out.status.code(), Some(*code), "{url}: {out:?}");
+            let text = printed(&out);
+            assert!(
+                !text.contains(PASSWORD) && text.contains("dlock:"),
+                "{text}"
+            );
+        }
+    }
+    // A held lock with --wait 0: the timeout message, still without the password.
+    let url = format!("redis://alice:{PASSWORD}@127.0.0.1:{port}");
+    let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();
+    wait_until("the holder holds", || {
+        let out = dlock()
+            .args(["status", "--backend", &url, "job", "--json"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("\"count\":1")
+    });
+    let out = run(&url, &["--wait", "0s"], &["true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let out = dlock()
+        .args(["status", "--backend", &url, "job"])
+        .output()
+        .unwrap();
+    assert!(!printed(&out).contains(PASSWORD), "{}", printed(&out));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    let help = dlock().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for scheme in dlock::BACKENDS {
+        assert!(
+            help.contains(scheme.form),
+            "{} missing from --help:\n{help}",
+            scheme.form
+        );
+    }
+    let out = run(&format!("nope://127.0.0.1:{port}"), &[], &["true"])
+        .output()
+        .unwrap();
+    for scheme in dlock::BACKENDS {
+        assert!(
+            printed(&out).contains(&format!("{}://", scheme.name)),
+            "{}",
+            printed(&out)
+        );
+    }
+}

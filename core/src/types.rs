@@ -266,6 +266,16 @@ pub enum LostReason {
 }
 
 impl LostReason {
+    /// Every reason, in the order of the docs.
+    pub const ALL: [LostReason; 6] = [
+        LostReason::Expired,
+        LostReason::NotOwner,
+        LostReason::MaxHold,
+        LostReason::Closed,
+        LostReason::Disconnected,
+        LostReason::SessionExpired,
+    ];
+
     /// The reason's stable name in every host: `expired`, `not-owner`, `max-hold`, `closed`,
     /// `disconnected`, `session-expired`.
     pub fn as_str(&self) -> &'static str {

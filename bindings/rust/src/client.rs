@@ -54,7 +54,7 @@ pub struct ClientBuilder {
 impl std::fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientBuilder")
-            .field("url", &self.url)
+            .field("url", &crate::redact(&self.url))
             .field("waiter_lease", &self.waiter_lease)
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
@@ -310,11 +310,7 @@ impl Client {
             ));
         }
         dlock_core::check_name(resource)?;
-        if token == 0 {
-            return Err(Error::InvalidArgument(
-                "fencing tokens start at 1; 0 is never one".into(),
-            ));
-        }
+        let token = crate::spec::fencing_token(token.into())?;
         let op = Op::Redis(dlock_core::redis::fenced_write(resource, token, value));
         let reply = self.inner.transport.execute(op).await;
         match reply.map_err(dlock_core::Error::from)? {

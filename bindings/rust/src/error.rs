@@ -30,7 +30,76 @@ pub enum Error {
     Machine(String),
 }
 
+/// The class of an [`Error`], stable across every host: Python raises one exception class per
+/// code, Node sets `err.code` to `DLOCK_` and the code in upper snake case, the CLI picks its
+/// exit code by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The wait ran out before the lock could be acquired.
+    Timeout,
+    /// The lock is (or was already) lost.
+    Lost,
+    /// The hold was released already (or never held by this handle).
+    NotHeld,
+    /// The caller's mistake, refused before anything was sent: a bad name, lease, URL, option.
+    InvalidArgument,
+    /// The backend could not be reached, timed out, or answered badly; or the engine failed.
+    Backend,
+    /// The client is closed.
+    Closed,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of the docs.
+    pub const ALL: [ErrorCode; 6] = [
+        ErrorCode::Timeout,
+        ErrorCode::Lost,
+        ErrorCode::NotHeld,
+        ErrorCode::InvalidArgument,
+        ErrorCode::Backend,
+        ErrorCode::Closed,
+    ];
+
+    /// The code's stable name: `timeout`, `lost`, `not-held`, `invalid-argument`, `backend`,
+    /// `closed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Lost => "lost",
+            ErrorCode::NotHeld => "not-held",
+            ErrorCode::InvalidArgument => "invalid-argument",
+            ErrorCode::Backend => "backend",
+            ErrorCode::Closed => "closed",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
+    /// The error's class; see [`ErrorCode`]. The one place errors are sorted for the hosts.
+    pub fn code(&self) -> ErrorCode {
+        use dlock_core::Error as E;
+        match self {
+            Error::WaitTimedOut => ErrorCode::Timeout,
+            Error::Lost(_) | Error::Engine(E::LockLost { .. } | E::SessionExpired) => {
+                ErrorCode::Lost
+            }
+            Error::Engine(E::NotHeld { .. }) => ErrorCode::NotHeld,
+            Error::Closed | Error::Engine(E::Closed) => ErrorCode::Closed,
+            Error::InvalidUrl(_) | Error::Unsupported(_) | Error::InvalidArgument(_) => {
+                ErrorCode::InvalidArgument
+            }
+            Error::Engine(e) if e.is_misuse() => ErrorCode::InvalidArgument,
+            Error::Connect(_) | Error::Engine(_) | Error::Machine(_) => ErrorCode::Backend,
+        }
+    }
+
     /// True when a wait or a backend request ran out of time.
     pub fn is_timeout(&self) -> bool {
         matches!(
@@ -41,34 +110,21 @@ impl Error {
 
     /// True when the lock is (or was already) lost.
     pub fn is_lost(&self) -> bool {
+        self.code() == ErrorCode::Lost
+    }
+
+    /// True for the caller's mistakes: bad names, leases, URLs, or using a released lock or a
+    /// closed client.
+    pub fn is_misuse(&self) -> bool {
         matches!(
-            self,
-            Error::Lost(_) | Error::Engine(dlock_core::Error::LockLost { .. })
+            self.code(),
+            ErrorCode::InvalidArgument | ErrorCode::NotHeld | ErrorCode::Closed
         )
     }
 
-    /// True for the caller's mistakes: bad names, leases, URLs, or using a released lock.
-    pub fn is_misuse(&self) -> bool {
-        match self {
-            Error::InvalidUrl(_)
-            | Error::Unsupported(_)
-            | Error::InvalidArgument(_)
-            | Error::Closed => true,
-            Error::Engine(e) => e.is_misuse(),
-            _ => false,
-        }
-    }
-
-    /// True when the backend could not be reached or answered badly.
+    /// True when the backend could not be reached, timed out or answered badly.
     pub fn is_backend(&self) -> bool {
-        matches!(self, Error::Connect(_))
-            || matches!(
-                self,
-                Error::Engine(e) if matches!(
-                    e,
-                    dlock_core::Error::Unavailable(_) | dlock_core::Error::Backend(_) | dlock_core::Error::MalformedReply(_)
-                )
-            )
+        self.code() == ErrorCode::Backend
     }
 }
 

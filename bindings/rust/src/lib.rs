@@ -1,7 +1,8 @@
 //! # dlock
 //!
-//! Distributed locks on Redis (and, in process, `memory://`) with fencing tokens, FIFO
-//! hand-off without polling, a watchdog, and a signal when a lock is lost. The lock
+//! Distributed locks on Redis (one server, Cluster, Redlock), ZooKeeper and, in process,
+//! `memory://` ([`BACKENDS`]), with fencing tokens, FIFO hand-off without polling, a
+//! watchdog, and a signal when a lock is lost. The lock
 //! semantics are `dlock-core`'s sans-IO engine, run here by a small tokio driver; Python,
 //! Node and Wasm hosts run the same engine and interoperate on the same keys.
 //!
@@ -27,6 +28,8 @@ mod driver;
 mod error;
 pub mod json;
 mod machine;
+mod secret;
+pub mod spec;
 mod transport;
 
 pub use client::{
@@ -36,5 +39,8 @@ pub use client::{
 pub use dlock_core::LockStatus;
 pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
-pub use error::{Error, LostReason};
+pub use error::{Error, ErrorCode, LostReason};
 pub use machine::{Machine, MachineError, MachineFactory};
+pub use secret::redact;
+pub use spec::{LockSpec, Primitive, RwHold};
+pub use transport::{BACKENDS, Scheme};

@@ -15,8 +15,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::Error;
 pub(crate) use zk::ZkUrl;
 
-/// A backend named by a URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A backend named by a URL. Its `Debug` hides passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Backend {
     /// `redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS (server certificates
     /// are verified against the system's roots, or the PEM file named by `SSL_CERT_FILE`);
@@ -35,11 +35,72 @@ pub(crate) enum Backend {
     ZooKeeper(ZkUrl),
 }
 
+/// A backend a URL may name: its scheme, the URL's form and what it is. The CLI's help, the
+/// bad-URL message and the hosts' docs list the backends from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheme {
+    /// `redis`, `zk`, … (what comes before `://`).
+    pub name: &'static str,
+    /// The URL's form, e.g. `redis://[user:password@]host:port[/db]`.
+    pub form: &'static str,
+    /// What the backend is, in a few words.
+    pub about: &'static str,
+}
+
+/// Every backend this build connects to, in the order the docs list them.
+pub const BACKENDS: &[Scheme] = &[
+    Scheme {
+        name: "redis",
+        form: "redis://[user:password@]host:port[/db]",
+        about: "one Redis server",
+    },
+    Scheme {
+        name: "rediss",
+        form: "rediss://[user:password@]host:port[/db]",
+        about: "one Redis server over TLS (certificates verified against the system roots or SSL_CERT_FILE)",
+    },
+    Scheme {
+        name: "redis-cluster",
+        form: "redis-cluster://[user:password@]host:port[,host:port…]",
+        about: "Redis Cluster, through its seed nodes",
+    },
+    Scheme {
+        name: "redlock",
+        form: "redlock://[user:password@]host:port,host:port[,…]",
+        about: "Redlock over independent Redis servers, locked by majority",
+    },
+    Scheme {
+        name: "zk",
+        form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]",
+        about: "ZooKeeper (the session is the lease)",
+    },
+    Scheme {
+        name: "memory",
+        form: "memory://[name]",
+        about: "in process, shared by the clients of this process that use the same name",
+    },
+];
+
+/// The backends' schemes as `redis://, rediss://, … or memory://`.
+pub(crate) fn scheme_list() -> String {
+    let names: Vec<String> = BACKENDS.iter().map(|s| format!("{}://", s.name)).collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 impl Backend {
     pub(crate) fn parse(url: &str) -> Result<Backend, Error> {
+        // Every message shows the URL without its password.
+        let shown = crate::redact(url);
+        let bad = |why: String| Error::InvalidUrl(format!("{shown:?}{why}"));
         let Some((scheme, rest)) = url.split_once("://") else {
+            // Not shown: without a scheme, nothing marks where a password would stand.
             return Err(Error::InvalidUrl(format!(
-                "{url:?} has no scheme (redis://, rediss://, zk://, memory://)"
+                "the URL has no scheme (use {})",
+                scheme_list()
             )));
         };
         match scheme {
@@ -50,52 +111,68 @@ impl Backend {
                 {
                     Ok(Backend::Memory(rest.to_owned()))
                 } else {
-                    Err(Error::InvalidUrl(format!(
-                        "{url:?}: a memory:// name may only contain letters, digits, '-' and '_'"
-                    )))
+                    Err(bad(
+                        ": a memory:// name may only contain letters, digits, '-' and '_'".into(),
+                    ))
                 }
             }
             "redis" | "rediss" => {
                 use ::redis::IntoConnectionInfo;
                 let info = url
                     .into_connection_info()
-                    .map_err(|e| Error::InvalidUrl(format!("{url:?}: {e}")))?;
+                    .map_err(|e| bad(format!(": {}", crate::redact(&e.to_string()))))?;
                 if rest.is_empty() || rest.starts_with(['/', ':']) {
-                    return Err(Error::InvalidUrl(format!("{url:?} names no host")));
+                    return Err(bad(" names no host".into()));
                 }
                 drop(info);
                 Ok(Backend::Redis(url.to_owned()))
             }
-            "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(url, rest)?)),
-            "redis-cluster" => node_urls(url, rest).map(Backend::RedisCluster),
+            "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(&shown, rest)?)),
+            "redis-cluster" => node_urls(&shown, rest).map(Backend::RedisCluster),
             "redlock" => {
-                let nodes = node_urls(url, rest)?;
+                let nodes = node_urls(&shown, rest)?;
                 let distinct: std::collections::BTreeSet<&String> = nodes.iter().collect();
                 if distinct.len() < nodes.len() {
-                    return Err(Error::InvalidUrl(format!(
-                        "{url:?} names a node twice: a majority must be of distinct servers"
-                    )));
+                    return Err(bad(
+                        " names a node twice: a majority must be of distinct servers".into(),
+                    ));
                 }
                 if nodes.len() > dlock_core::redlock::MAX_NODES as usize {
-                    return Err(Error::InvalidUrl(format!(
-                        "{url:?}: at most {} nodes",
+                    return Err(bad(format!(
+                        ": at most {} nodes",
                         dlock_core::redlock::MAX_NODES
                     )));
                 }
                 Ok(Backend::Redlock(nodes))
             }
             other => Err(Error::Unsupported(format!(
-                "{url:?}: unknown scheme {other:?} (use redis://, rediss://, redis-cluster://, redlock://, zk:// or memory://)"
+                "{shown:?}: unknown scheme {other:?} (use {})",
+                scheme_list()
             ))),
         }
     }
 }
 
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = match self {
+            Backend::Redis(url) => crate::redact(url),
+            Backend::RedisCluster(nodes) | Backend::Redlock(nodes) => {
+                crate::redact(&nodes.join(" "))
+            }
+            Backend::Memory(name) => format!("memory://{name}"),
+            Backend::ZooKeeper(url) => format!("zk://{}", url.hosts),
+        };
+        f.write_str(&shown)
+    }
+}
+
 /// The nodes of `redis-cluster://` or `redlock://[user:password@]host:port[,host:port…]` as
-/// `redis://` URLs. No path: a cluster has only database 0, and Redlock nodes use theirs.
-fn node_urls(url: &str, rest: &str) -> Result<Vec<String>, Error> {
+/// `redis://` URLs (`shown` is the URL as messages show it). No path: a cluster has only
+/// database 0, and Redlock nodes use theirs.
+fn node_urls(shown: &str, rest: &str) -> Result<Vec<String>, Error> {
     use ::redis::IntoConnectionInfo;
-    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}"));
+    let bad = |why: &str| Error::InvalidUrl(format!("{shown:?}: {}", crate::redact(why)));
     let (auth, hosts) = match rest.rsplit_once('@') {
         Some((auth, hosts)) => (format!("{auth}@"), hosts),
         None => (String::new(), rest),

@@ -25,7 +25,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Pending;
-use crate::Error;
+use crate::{Error, redact};
 
 type Subscription = (String, oneshot::Sender<Reply>);
 
@@ -62,13 +62,18 @@ impl std::fmt::Debug for RedisTransport {
     }
 }
 
+/// The redis crate's word on a URL it cannot open, without the URL's password.
+fn invalid_url(e: redis::RedisError) -> Error {
+    Error::InvalidUrl(redact(&e.to_string()))
+}
+
 impl RedisTransport {
     pub(crate) async fn connect(
         url: &str,
         inbox: mpsc::UnboundedSender<Input>,
     ) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(|e| Error::InvalidUrl(e.to_string()))?;
-        let fail = |e: String| Error::Connect(format!("{url}: {e}"));
+        let client = redis::Client::open(url).map_err(invalid_url)?;
+        let fail = |e: String| Error::Connect(redact(&format!("{url}: {e}")));
         let con = manager(&client).await.map_err(fail)?;
         Self::start(Connection::Single(con), vec![client], inbox)
             .await
@@ -80,11 +85,12 @@ impl RedisTransport {
         nodes: &[String],
         inbox: mpsc::UnboundedSender<Input>,
     ) -> Result<Self, Error> {
-        let fail = |e: String| Error::Connect(format!("redis-cluster {}: {e}", nodes.join(",")));
+        let fail =
+            |e: String| Error::Connect(redact(&format!("redis-cluster {}: {e}", nodes.join(" "))));
         let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
             .connection_timeout(Duration::from_secs(2))
             .build()
-            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+            .map_err(invalid_url)?;
         let con = tokio::time::timeout(Duration::from_secs(5), cluster.get_async_connection())
             .await
             .map_err(|_| fail("no answer within 5 s".into()))?
@@ -94,7 +100,7 @@ impl RedisTransport {
             .iter()
             .map(|n| redis::Client::open(n.as_str()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+            .map_err(invalid_url)?;
         Self::start(Connection::Cluster(con), clients, inbox)
             .await
             .map_err(fail)
@@ -206,6 +212,7 @@ async fn manager(client: &redis::Client) -> Result<ConnectionManager, String> {
 /// `redlock://`: a connection to each independent server, by index.
 #[derive(Clone)]
 pub(crate) struct RedlockTransport {
+    /// Each node's URL as messages show it (no password) and its connection once up.
     nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>>,
     scripts: Arc<BTreeMap<Script, redis::Script>>,
     links: Arc<Vec<tokio::task::AbortHandle>>,
@@ -226,9 +233,9 @@ impl RedlockTransport {
             .iter()
             .map(|u| redis::Client::open(u.as_str()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::InvalidUrl(e.to_string()))?;
+            .map_err(invalid_url)?;
         let nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>> =
-            Arc::new(urls.iter().map(|u| (u.clone(), OnceLock::new())).collect());
+            Arc::new(urls.iter().map(|u| (redact(u), OnceLock::new())).collect());
         // Each node reports its first try, then keeps trying until it is up.
         let (tried_tx, mut tried) = mpsc::unbounded_channel();
         let errors = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
@@ -287,7 +294,7 @@ impl RedlockTransport {
                 .expect("errors")
                 .iter()
                 .filter(|(i, _)| transport.nodes[**i].1.get().is_none())
-                .map(|(i, e)| format!("{}: {e}", urls[*i]))
+                .map(|(i, e)| redact(&format!("{}: {e}", urls[*i])))
                 .collect();
             return Err(Error::Connect(format!(
                 "redlock: no majority of {} nodes answered within 5 s ({})",

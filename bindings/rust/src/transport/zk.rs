@@ -16,8 +16,8 @@ use zookeeper_client as zk;
 use super::Pending;
 use crate::Error;
 
-/// What a `zk://` URL says.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a `zk://` URL says. Its `Debug` shows no credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ZkUrl {
     /// `host:port,host:port`.
     pub(crate) hosts: String,
@@ -28,13 +28,25 @@ pub(crate) struct ZkUrl {
     pub(crate) session_timeout: Duration,
 }
 
+impl std::fmt::Debug for ZkUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkUrl")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("auth", &self.auth.as_ref().map(|_| "***"))
+            .field("session_timeout", &self.session_timeout)
+            .finish()
+    }
+}
+
 /// The session timeout asked for unless the URL says otherwise (kazoo's default; the
 /// server may grant another within its tickTime bounds).
 pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl ZkUrl {
-    pub(crate) fn parse(url: &str, rest: &str) -> Result<ZkUrl, Error> {
-        let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}"));
+    /// `rest` is what follows `zk://`; `shown`, the URL as messages show it (no password).
+    pub(crate) fn parse(shown: &str, rest: &str) -> Result<ZkUrl, Error> {
+        let bad = |why: &str| Error::InvalidUrl(format!("{shown:?}: {why}"));
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (auth, rest) = match rest.rsplit_once('@') {
             Some((auth, rest)) if auth.contains(':') => (Some(auth.to_owned()), rest),

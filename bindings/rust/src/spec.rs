@@ -1,0 +1,272 @@
+//! The host surface in one place: what a binding or the CLI asks to acquire ([`LockSpec`]),
+//! with each option's default and check, and the conversions of host values (durations,
+//! permit counts, fencing tokens, read/write) that every host needs. Python, Node and the
+//! CLI build a `LockSpec` and call [`LockSpec::acquire`]; they add only what their language
+//! needs (context managers, `AbortSignal`, GIL release).
+
+use std::time::Duration;
+
+use dlock_core::MAX_PERMITS;
+
+use crate::{Client, DEFAULT_LEASE, Error, SharedGuard};
+
+/// Which primitive to acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Primitive {
+    /// A lock ([`Client::lock`]).
+    Lock { name: String },
+    /// One permit of a semaphore with `permits` permits ([`Client::semaphore`]).
+    Semaphore { name: String, permits: u32 },
+    /// The read or the write hold of a read-write lock ([`Client::rw_lock`]).
+    Rw { name: String, hold: RwHold },
+    /// Several locks as one ([`Client::multi_lock`]).
+    Multi { names: Vec<String> },
+}
+
+/// A hold of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RwHold {
+    Read,
+    Write,
+}
+
+impl RwHold {
+    /// `"read"` or `"write"`, as the hosts spell it.
+    pub fn parse(text: &str) -> Result<RwHold, Error> {
+        match text {
+            "read" => Ok(RwHold::Read),
+            "write" => Ok(RwHold::Write),
+            other => Err(Error::InvalidArgument(format!(
+                "a read-write lock's hold is 'read' or 'write', not {other:?}"
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RwHold::Read => "read",
+            RwHold::Write => "write",
+        }
+    }
+}
+
+/// What to acquire and how: a primitive and its options, each with its default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockSpec {
+    pub primitive: Primitive,
+    /// Time to live on the server, renewed every third of it while held
+    /// ([`DEFAULT_LEASE`] unless set).
+    pub lease: Duration,
+    /// How long [`acquire`](Self::acquire) may wait; `None`: as long as it takes.
+    pub wait: Option<Duration>,
+    /// Stop renewing and release this long after acquiring.
+    pub max_hold: Option<Duration>,
+    /// Who acquires: acquires by the same owner are reentrant. `None`: an owner of its own.
+    /// Not for semaphores (permits are never reentrant) or multi-locks.
+    pub owner: Option<u64>,
+    /// First come, first served (the default); see [`crate::LockBuilder::fair`].
+    pub fair: bool,
+}
+
+impl LockSpec {
+    /// `primitive` with every option at its default.
+    pub fn new(primitive: Primitive) -> Self {
+        LockSpec {
+            primitive,
+            lease: DEFAULT_LEASE,
+            wait: None,
+            max_hold: None,
+            owner: None,
+            fair: true,
+        }
+    }
+
+    /// The lock, semaphore or read-write hold named `name`, as a host names it: `permits`
+    /// for a semaphore's permit, `rw` (`"read"`/`"write"`) for a read-write lock's hold,
+    /// neither for a lock.
+    pub fn named(name: String, permits: Option<u32>, rw: Option<&str>) -> Result<Self, Error> {
+        let primitive = match (permits, rw) {
+            (None, None) => Primitive::Lock { name },
+            (Some(permits), None) => Primitive::Semaphore { name, permits },
+            (None, Some(rw)) => Primitive::Rw {
+                name,
+                hold: RwHold::parse(rw)?,
+            },
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "a semaphore's permits and a read-write lock's hold exclude each other".into(),
+                ));
+            }
+        };
+        Ok(LockSpec::new(primitive))
+    }
+
+    /// The names it locks: one, or a multi-lock's.
+    pub fn names(&self) -> Vec<&str> {
+        match &self.primitive {
+            Primitive::Lock { name }
+            | Primitive::Semaphore { name, .. }
+            | Primitive::Rw { name, .. } => vec![name],
+            Primitive::Multi { names } => names.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// Refuses options that do not apply to the primitive (the engine checks names, leases
+    /// and permit ranges). [`acquire`](Self::acquire) checks too; call it to fail before
+    /// connecting.
+    pub fn check(&self) -> Result<(), Error> {
+        match self.primitive {
+            Primitive::Multi { .. } if !self.fair => Err(Error::InvalidArgument(
+                "a multi-lock is fair: its locks are taken in one order, each first come, first served".into(),
+            )),
+            Primitive::Multi { .. } if self.owner.is_some() => Err(Error::InvalidArgument(
+                "a multi-lock has no owner: it is not reentrant".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for it, up to [`wait`](Self::wait): a [`SharedGuard`], or
+    /// [`Error::WaitTimedOut`] when the wait ran out (the one place where "no guard" becomes
+    /// a timeout for the hosts).
+    pub async fn acquire(&self, client: &Client) -> Result<SharedGuard, Error> {
+        self.acquire_within(client, self.wait)
+            .await?
+            .ok_or(Error::WaitTimedOut)
+    }
+
+    /// Takes it if it is free now; `None` if not.
+    pub async fn try_acquire(&self, client: &Client) -> Result<Option<SharedGuard>, Error> {
+        self.acquire_within(client, Some(Duration::ZERO)).await
+    }
+
+    async fn acquire_within(
+        &self,
+        client: &Client,
+        wait: Option<Duration>,
+    ) -> Result<Option<SharedGuard>, Error> {
+        self.check()?;
+        let one = |lock: crate::LockBuilder| {
+            let lock = lock.lease(self.lease).fair(self.fair);
+            match self.max_hold {
+                Some(max_hold) => lock.max_hold(max_hold),
+                None => lock,
+            }
+        };
+        let owned = |lock: crate::LockBuilder| match self.owner {
+            Some(owner) => lock.owner(owner),
+            None => lock,
+        };
+        let lock = match &self.primitive {
+            Primitive::Multi { names } => {
+                let mut lock = client.multi_lock(names.iter().cloned()).lease(self.lease);
+                if let Some(max_hold) = self.max_hold {
+                    lock = lock.max_hold(max_hold);
+                }
+                return Ok(lock.acquire_within(wait).await?.map(Into::into));
+            }
+            Primitive::Lock { name } => owned(client.lock(name.clone())),
+            Primitive::Semaphore { name, permits } => client.semaphore(name.clone(), *permits),
+            Primitive::Rw { name, hold } => {
+                let mut rw = client.rw_lock(name.clone());
+                if let Some(owner) = self.owner {
+                    rw = rw.owner(owner);
+                }
+                match hold {
+                    RwHold::Read => rw.read(),
+                    RwHold::Write => rw.write(),
+                }
+            }
+        };
+        Ok(one(lock).acquire_within(wait).await?.map(Into::into))
+    }
+}
+
+/// A duration a host gives as a float of `unit`s (`"seconds"` in Python, `"milliseconds"` in
+/// Node): negative, NaN, infinite or out-of-range values are refused here, before anything is
+/// sent; zero and out-of-range leases by the engine.
+pub fn duration(what: &str, value: f64, unit: Unit) -> Result<Duration, Error> {
+    let bad = |why: String| Error::InvalidArgument(format!("{what} {why}"));
+    if !value.is_finite() || value < 0.0 {
+        return Err(bad(format!(
+            "must be a finite number of {} >= 0, got {value}",
+            unit.name()
+        )));
+    }
+    Duration::try_from_secs_f64(value / unit.per_second()).map_err(|e| bad(format!(": {e}")))
+}
+
+/// The unit of a host's durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    Milliseconds,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Seconds => "seconds",
+            Unit::Milliseconds => "milliseconds",
+        }
+    }
+
+    fn per_second(self) -> f64 {
+        match self {
+            Unit::Seconds => 1.0,
+            Unit::Milliseconds => 1e3,
+        }
+    }
+}
+
+/// A semaphore's number of permits from a host integer, as the engine takes it (the engine
+/// checks the range, 1 to [`MAX_PERMITS`]).
+pub fn permits(n: i128) -> Result<u32, Error> {
+    u32::try_from(n).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "a semaphore has 1 to {MAX_PERMITS} permits, not {n}"
+        ))
+    })
+}
+
+/// A fencing token from a host integer: tokens start at 1 and fit in 64 bits.
+pub fn fencing_token(n: i128) -> Result<u64, Error> {
+    u64::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "a fencing token is an integer from 1 to 2^64 - 1, not {n}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_values_are_checked_once() {
+        assert_eq!(
+            duration("lease", 1.5, Unit::Seconds),
+            Ok(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            duration("leaseMs", 1500.0, Unit::Milliseconds),
+            Ok(Duration::from_millis(1500))
+        );
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e300] {
+            let e = duration("wait", bad, Unit::Seconds).unwrap_err();
+            assert!(e.to_string().contains("wait"), "{e}");
+        }
+        assert_eq!(permits(4), Ok(4));
+        for bad in [-1, i128::from(u64::MAX)] {
+            assert!(permits(bad).is_err(), "{bad}");
+        }
+        assert_eq!(fencing_token(7), Ok(7));
+        assert_eq!(fencing_token(u64::MAX.into()), Ok(u64::MAX));
+        for bad in [0, -3, i128::from(u64::MAX) + 1] {
+            assert!(fencing_token(bad).is_err(), "{bad}");
+        }
+        assert_eq!(RwHold::parse("read"), Ok(RwHold::Read));
+        assert!(RwHold::parse("upgrade").is_err());
+        assert!(LockSpec::named("a".into(), Some(2), Some("read")).is_err());
+    }
+}
