@@ -1,6 +1,10 @@
 /** dlock for Node.js: distributed locks with fencing tokens, FIFO hand-off and a lost-lock signal. */
 
 export declare const DEFAULT_LEASE_MS: number
+/** Every reason a held lock may be lost. */
+export declare const LOST_REASONS: readonly LostReason[]
+/** Every `err.code` dlock rejects with. */
+export declare const ERROR_CODES: readonly DlockErrorCode[]
 
 /** Stable `err.code`s of the errors dlock rejects with. */
 export type DlockErrorCode =
@@ -67,7 +71,7 @@ export interface LockStatus {
   waiters: string[]
 }
 
-/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `redlock://host:port,host:port[,…]`, `zk://host:port[,host:port…][/chroot]` or `memory://[name]`. */
+/** Connects to a backend URL: `redis://…`, `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]` (README: URLs). */
 export declare function connect(url: string, options?: ConnectOptions): Promise<Client>
 
 export declare class Client {
@@ -79,6 +83,11 @@ export declare class Client {
   rwLock(name: string, options?: { owner?: number }): RwLock
   /** At most `permits` holders at a time; each acquire takes a permit of its own. */
   semaphore(name: string, options: SemaphoreOptions): Semaphore
+  /**
+   * Runs `fn(held)` while holding the lock `name` and releases it afterwards, also when `fn`
+   * throws; resolves with what `fn` returns.
+   */
+  withLock<T>(name: string, fn: (held: Held) => T | Promise<T>, options?: LockOptions & { signal?: AbortSignal }): Promise<T>
   status(name: string): Promise<LockStatus>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
@@ -90,22 +99,26 @@ export declare class Client {
   [Symbol.asyncDispose](): Promise<void>
 }
 
-export declare class Lock {
+/** What locks, multi-locks and semaphores share: their options, acquire and tryAcquire. */
+export declare abstract class Acquirable {
   protected constructor()
-  readonly name: string
   readonly leaseMs: number
   readonly waitMs: number | null
   readonly maxHoldMs: number | null
-  readonly owner: number | undefined
   readonly fair: boolean
-  /** 'read' or 'write' for a hold of a read-write lock. */
-  readonly rw: 'read' | 'write' | null
   /** Rejects with DLOCK_TIMEOUT when `waitMs` runs out, or with the signal's reason when aborted. */
   acquire(options?: AcquireOptions): Promise<Held>
   tryAcquire(): Promise<Held | null>
 }
 
-export declare class MultiLock extends Lock {
+export declare class Lock extends Acquirable {
+  readonly name: string
+  readonly owner: number | undefined
+  /** 'read' or 'write' for a hold of a read-write lock. */
+  readonly rw: 'read' | 'write' | null
+}
+
+export declare class MultiLock extends Acquirable {
   readonly names: string[]
 }
 
@@ -117,7 +130,8 @@ export declare class RwLock {
   write(options?: Omit<LockOptions, 'owner' | 'fair'>): Lock
 }
 
-export declare class Semaphore extends Lock {
+export declare class Semaphore extends Acquirable {
+  readonly name: string
   readonly permits: number
 }
 

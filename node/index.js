@@ -6,7 +6,11 @@
 const { inspect } = require('node:util')
 const native = require('./binding.js')
 
-const DEFAULT_LEASE_MS = 30_000
+const { DEFAULT_LEASE_MS } = native
+/** Every reason a held lock may be lost (`held.lostReason`). */
+const LOST_REASONS = Object.freeze(native.lostReasons())
+/** Every `err.code` dlock rejects with. */
+const ERROR_CODES = Object.freeze(native.errorCodes())
 const CODE = /^(DLOCK_[A-Z_]+): ([\s\S]*)$/
 
 /** Moves the code the addon puts at the front of a message to `err.code`. */
@@ -15,6 +19,7 @@ function coded(err) {
   if (m) {
     err.code = m[1]
     err.message = m[2]
+    err.stack = `${err.name}: ${m[2]}${err.stack.slice(err.stack.indexOf('\n'))}`
   }
   return err
 }
@@ -41,17 +46,18 @@ function abortError(signal) {
   return err
 }
 
-function redact(url) {
-  return url.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/, '$1:***@')
-}
-
 let nextOwner = 1
 
-/** Connects to `redis://host:port[/db]`, `rediss://…` (TLS), `redis-cluster://host:port[,host:port…]`, `redlock://host:port,host:port[,…]`, `zk://…` or `memory://[name]`. */
+/** The fields of `fields` that are set: the addon takes an absent option as its default. */
+function defined(fields) {
+  return Object.fromEntries(Object.entries(fields).filter(([, value]) => value != null))
+}
+
+/** Connects to a backend URL: `redis://…`, `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]` (README: URLs). */
 async function connect(url, options = {}) {
   if (typeof url !== 'string') throw invalid('url must be a string')
-  const { waiterLeaseMs = null, requestTimeoutMs = null, lockDelayMs = null } = options
-  const inner = await call(native.connect(url, waiterLeaseMs, requestTimeoutMs, lockDelayMs))
+  const { waiterLeaseMs, requestTimeoutMs, lockDelayMs } = options
+  const inner = await call(native.connect(url, defined({ waiterLeaseMs, requestTimeoutMs, lockDelayMs })))
   return new Client(inner, url)
 }
 
@@ -112,6 +118,28 @@ class Client {
     return new RwLock(this.#native, name, owner)
   }
 
+  /**
+   * Runs `fn(held)` while holding the lock `name` (options as for `lock`, plus `signal` for
+   * the wait) and releases it afterwards, also when `fn` throws; resolves with what `fn`
+   * returns. The fenced-work pattern in one call:
+   *
+   *     await client.withLock('nightly', async (held) => report(held.fencingToken), { waitMs: 0 })
+   */
+  async withLock(name, fn, options = {}) {
+    if (typeof fn !== 'function') throw invalid('fn must be a function')
+    const { signal, ...lockOptions } = options
+    const held = await this.lock(name, lockOptions).acquire({ signal })
+    let result
+    try {
+      result = await fn(held)
+    } catch (err) {
+      await held.release().catch(() => {})
+      throw err
+    }
+    await held.release()
+    return result
+  }
+
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
     const s = await call(this.#native.status(name))
@@ -124,10 +152,6 @@ class Client {
    * token stored there before. Resolves false, changing nothing, for a stale holder.
    */
   async fencedWrite(resource, token, value) {
-    if (typeof token === 'number') {
-      if (!Number.isSafeInteger(token) || token < 1) throw invalid(`fencing token must be a positive integer, got ${token}`)
-      token = BigInt(token)
-    }
     return call(this.#native.fencedWrite(resource, token, value))
   }
 
@@ -145,69 +169,71 @@ class Client {
   }
 
   [inspect.custom]() {
-    return `Client <${redact(this.#url)} ${this.closed ? 'closed' : `id=${this.#native.id}`}>`
+    return `Client <${native.redact(this.#url)} ${this.closed ? 'closed' : `id=${this.#native.id}`}>`
   }
 }
 
-class Lock {
+/** What every acquirable primitive shares: the spec the addon takes, acquire and tryAcquire. */
+class Acquirable {
   #native
 
-  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, owner, fair = true } = {}, rw = null) {
-    if (typeof name !== 'string') throw invalid('name must be a string')
-    if (owner !== undefined && !Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
+  constructor(inner, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, fair = true } = {}) {
     if (typeof fair !== 'boolean') throw invalid('fair must be a boolean')
     this.#native = inner
-    this.name = name
     this.leaseMs = leaseMs
     this.waitMs = waitMs
     this.maxHoldMs = maxHoldMs
-    this.owner = owner
     this.fair = fair
-    /** 'read' or 'write' for a hold of a read-write lock, else null. */
-    this.rw = rw
   }
 
-  /** Starts the native acquire; `id` lets `cancel(id)` stop it. */
-  _start(inner, waitMs, id) {
-    const owner = this.owner ?? nextOwner++
-    return inner.acquire(this.name, owner, this.leaseMs, waitMs, this.maxHoldMs, this.fair, null, this.rw, id)
+  /** What to acquire, as the addon takes it (the subclass names it). */
+  _spec() {
+    const { leaseMs, maxHoldMs, fair } = this
+    return { leaseMs, maxHoldMs, fair }
   }
 
-  async #acquire(waitMs, signal) {
-    if (!signal) {
-      return call(this._start(this.#native, waitMs, null))
-    }
+  /**
+   * Waits for it, up to `waitMs` (as long as it takes if null). Rejects with code
+   * DLOCK_TIMEOUT when the wait runs out; an aborted `signal` leaves the queue and rejects.
+   */
+  async acquire({ signal, waitMs = this.waitMs } = {}) {
+    const spec = defined({ ...this._spec(), waitMs })
+    if (!signal) return new Held(await call(this.#native.acquire(spec, null)))
     if (signal.aborted) throw abortError(signal)
     const id = this.#native.newCancelId()
     const abort = () => this.#native.cancel(id)
     signal.addEventListener('abort', abort, { once: true })
     try {
-      const held = await call(this._start(this.#native, waitMs, id))
-      if (held === null && signal.aborted) throw abortError(signal)
-      return held
+      const inner = await call(this.#native.acquire(spec, id))
+      if (inner === null) throw abortError(signal)
+      return new Held(inner)
     } finally {
       signal.removeEventListener('abort', abort)
     }
   }
 
-  /**
-   * Waits for the lock, up to `waitMs` (as long as it takes if null). Rejects with code
-   * DLOCK_TIMEOUT when the wait runs out; an aborted `signal` leaves the queue and rejects.
-   */
-  async acquire({ signal, waitMs = this.waitMs } = {}) {
-    const inner = await this.#acquire(waitMs, signal)
-    if (inner === null) {
-      const err = new Error(`lock ${JSON.stringify(this.name)} is held by someone else`)
-      err.code = 'DLOCK_TIMEOUT'
-      throw err
-    }
-    return new Held(inner)
+  /** Takes it if it is free now; null otherwise. */
+  async tryAcquire() {
+    const inner = await call(this.#native.tryAcquire(defined(this._spec())))
+    return inner === null ? null : new Held(inner)
+  }
+}
+
+class Lock extends Acquirable {
+  constructor(inner, name, options = {}, rw = null) {
+    if (typeof name !== 'string') throw invalid('name must be a string')
+    const { owner } = options
+    if (owner !== undefined && !Number.isSafeInteger(owner)) throw invalid('owner must be a safe integer')
+    super(inner, options)
+    this.name = name
+    this.owner = owner
+    /** 'read' or 'write' for a hold of a read-write lock, else null. */
+    this.rw = rw
   }
 
-  /** Takes the lock if it is free now; null otherwise. */
-  async tryAcquire() {
-    const inner = await this.#acquire(0, undefined)
-    return inner === null ? null : new Held(inner)
+  _spec() {
+    const owner = this.owner ?? nextOwner++
+    return { ...super._spec(), name: this.name, owner, rw: this.rw }
   }
 
   [inspect.custom]() {
@@ -215,14 +241,14 @@ class Lock {
   }
 }
 
-class MultiLock extends Lock {
+class MultiLock extends Acquirable {
   constructor(inner, names, { leaseMs, waitMs, maxHoldMs } = {}) {
-    super(inner, names.join(','), { leaseMs, waitMs, maxHoldMs })
+    super(inner, { leaseMs, waitMs, maxHoldMs })
     this.names = [...names]
   }
 
-  _start(inner, waitMs, id) {
-    return inner.acquireMulti(this.names, this.leaseMs, waitMs, this.maxHoldMs, id)
+  _spec() {
+    return { ...super._spec(), names: this.names }
   }
 
   [inspect.custom]() {
@@ -260,18 +286,20 @@ class RwLock {
   }
 }
 
-class Semaphore extends Lock {
+class Semaphore extends Acquirable {
   constructor(inner, name, { permits, leaseMs, waitMs, maxHoldMs, fair } = {}) {
-    // A whole number the native call can take; the engine checks the range (1 to 1024).
+    if (typeof name !== 'string') throw invalid('name must be a string')
+    // A whole number the addon can take; the engine checks the range (1 to 1024).
     if (!Number.isInteger(permits) || permits < 0 || permits > 0xffffffff) {
       throw invalid(`permits must be a whole number of permits, got ${permits}`)
     }
-    super(inner, name, { leaseMs, waitMs, maxHoldMs, fair })
+    super(inner, { leaseMs, waitMs, maxHoldMs, fair })
+    this.name = name
     this.permits = permits
   }
 
-  _start(inner, waitMs, id) {
-    return inner.acquire(this.name, 0, this.leaseMs, waitMs, this.maxHoldMs, this.fair, this.permits, null, id)
+  _spec() {
+    return { ...super._spec(), name: this.name, permits: this.permits }
   }
 
   [inspect.custom]() {
@@ -305,7 +333,7 @@ class Held {
     return this.#native.lostReason !== null
   }
 
-  /** 'expired' | 'not-owner' | 'max-hold' | 'closed' once lost, else null. */
+  /** One of LOST_REASONS once lost, else null. */
   get lostReason() {
     return this.#native.lostReason
   }
@@ -403,4 +431,4 @@ class Engine {
   }
 }
 
-module.exports = { connect, Client, Lock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS }
+module.exports = { connect, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }

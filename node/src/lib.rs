@@ -5,12 +5,11 @@
 mod engine;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use napi::bindgen_prelude::BigInt;
+use napi::bindgen_prelude::{BigInt, Either};
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 use tokio::sync::oneshot;
@@ -20,60 +19,113 @@ fn coded(code: &str, message: impl std::fmt::Display) -> Error {
     Error::new(Status::GenericFailure, format!("{code}: {message}"))
 }
 
-fn js_error(e: &dlock::Error) -> Error {
-    use dlock::Error as E;
-    let code = match e {
-        E::WaitTimedOut => "DLOCK_TIMEOUT",
-        E::Lost(_) | E::Engine(dlock_core::Error::LockLost { .. }) => "DLOCK_LOST",
-        E::Engine(dlock_core::Error::NotHeld { .. }) => "DLOCK_NOT_HELD",
-        E::Closed => "DLOCK_CLOSED",
-        e if e.is_misuse() => "DLOCK_INVALID_ARGUMENT",
-        _ => "DLOCK_BACKEND",
-    };
-    coded(code, e)
+/// `DLOCK_` and the error's code in upper snake case (`DLOCK_NOT_HELD`).
+fn js_error(e: dlock::Error) -> Error {
+    coded(&js_code(e.code()), e)
 }
 
-/// Milliseconds from JS as a duration: negative, NaN or infinite is refused here; zero and
-/// out-of-range leases by the engine.
+fn js_code(code: dlock::ErrorCode) -> String {
+    format!("DLOCK_{}", code.as_str().replace('-', "_").to_uppercase())
+}
+
+/// Milliseconds from JS as a duration, checked by the Rust crate.
 fn millis(what: &str, ms: f64) -> Result<Duration> {
-    if !ms.is_finite() || ms < 0.0 {
-        return Err(coded(
-            "DLOCK_INVALID_ARGUMENT",
-            format!("{what} must be a finite number of milliseconds >= 0, got {ms}"),
-        ));
-    }
-    Duration::try_from_secs_f64(ms / 1e3)
-        .map_err(|e| coded("DLOCK_INVALID_ARGUMENT", format!("{what}: {e}")))
+    dlock::spec::duration(what, ms, dlock::spec::Unit::Milliseconds).map_err(js_error)
 }
 
 fn optional_millis(what: &str, ms: Option<f64>) -> Result<Option<Duration>> {
     ms.map(|ms| millis(what, ms)).transpose()
 }
 
-/// Connects to `redis://…`, `rediss://…` or `memory://[name]`.
+/// The lease a lock gets when none is set, in milliseconds.
 #[napi]
-pub async fn connect(
-    url: String,
-    waiter_lease_ms: Option<f64>,
-    request_timeout_ms: Option<f64>,
-    lock_delay_ms: Option<f64>,
-) -> Result<NativeClient> {
+pub const DEFAULT_LEASE_MS: u32 = dlock::DEFAULT_LEASE.as_millis() as u32;
+
+/// Every reason a held lock may be lost, as `held.lostReason` gives it.
+#[napi]
+pub fn lost_reasons() -> Vec<&'static str> {
+    dlock::LostReason::ALL.iter().map(|r| r.as_str()).collect()
+}
+
+/// Every `err.code` dlock rejects with.
+#[napi]
+pub fn error_codes() -> Vec<String> {
+    dlock::ErrorCode::ALL.into_iter().map(js_code).collect()
+}
+
+/// The URL as it may be shown: without its password.
+#[napi]
+pub fn redact(url: String) -> String {
+    dlock::redact(&url)
+}
+
+/// How to connect: the client's options, each optional.
+#[napi(object)]
+#[derive(Debug)]
+pub struct ConnectOptions {
+    pub waiter_lease_ms: Option<f64>,
+    pub request_timeout_ms: Option<f64>,
+    pub lock_delay_ms: Option<f64>,
+}
+
+/// Connects to a backend URL (`dlock::BACKENDS`).
+#[napi]
+pub async fn connect(url: String, options: ConnectOptions) -> Result<NativeClient> {
     let mut builder = dlock::Client::builder(&url);
-    if let Some(d) = optional_millis("waiterLeaseMs", waiter_lease_ms)? {
+    if let Some(d) = optional_millis("waiterLeaseMs", options.waiter_lease_ms)? {
         builder = builder.waiter_lease(d);
     }
-    if let Some(d) = optional_millis("requestTimeoutMs", request_timeout_ms)? {
+    if let Some(d) = optional_millis("requestTimeoutMs", options.request_timeout_ms)? {
         builder = builder.request_timeout(d);
     }
-    if let Some(d) = optional_millis("lockDelayMs", lock_delay_ms)? {
+    if let Some(d) = optional_millis("lockDelayMs", options.lock_delay_ms)? {
         builder = builder.lock_delay(d);
     }
-    let client = builder.connect().await.map_err(|e| js_error(&e))?;
+    let client = builder.connect().await.map_err(js_error)?;
     Ok(NativeClient {
         client: Mutex::new(Some(client)),
         cancels: Arc::default(),
         next_cancel: AtomicU32::new(1),
     })
+}
+
+/// What to acquire, as `index.js` describes it: `name` (with `permits` for a semaphore's
+/// permit, `rw` for a read-write lock's hold) or `names` (a multi-lock), and the options.
+#[napi(object)]
+#[derive(Debug)]
+pub struct Spec {
+    pub name: Option<String>,
+    pub names: Option<Vec<String>>,
+    pub permits: Option<u32>,
+    pub rw: Option<String>,
+    pub lease_ms: Option<f64>,
+    pub wait_ms: Option<f64>,
+    pub max_hold_ms: Option<f64>,
+    pub owner: Option<i64>,
+    pub fair: Option<bool>,
+}
+
+impl Spec {
+    fn to_rust(&self) -> Result<dlock::LockSpec> {
+        let mut spec = match (&self.name, &self.names) {
+            (Some(name), None) => {
+                dlock::LockSpec::named(name.clone(), self.permits, self.rw.as_deref())
+                    .map_err(js_error)?
+            }
+            (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi {
+                names: names.clone(),
+            }),
+            _ => return Err(coded("DLOCK_INVALID_ARGUMENT", "a name or names, not both")),
+        };
+        if let Some(lease) = self.lease_ms {
+            spec.lease = millis("leaseMs", lease)?;
+        }
+        spec.wait = optional_millis("waitMs", self.wait_ms)?;
+        spec.max_hold = optional_millis("maxHoldMs", self.max_hold_ms)?;
+        spec.owner = self.owner.map(|o| o as u64);
+        spec.fair = self.fair.unwrap_or(true);
+        Ok(spec)
+    }
 }
 
 #[napi]
@@ -106,41 +158,9 @@ pub struct Member {
 }
 
 impl NativeClient {
-    /// Runs an acquire that `cancel(cancel_id)` may stop (it then resolves with null).
-    async fn cancellable(
-        &self,
-        acquire: impl Future<Output = std::result::Result<Option<dlock::SharedGuard>, dlock::Error>>,
-        cancel_id: Option<u32>,
-    ) -> Result<Option<NativeHeld>> {
-        let guard = match cancel_id {
-            None => acquire.await,
-            Some(id) => {
-                let (tx, rx) = oneshot::channel();
-                self.cancels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, tx);
-                let out = tokio::select! {
-                    out = acquire => out,
-                    // Dropping the acquire future leaves the wait queue.
-                    _ = rx => Ok(None),
-                };
-                self.cancels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
-                out
-            }
-        };
-        let guard = guard.map_err(|e| js_error(&e))?;
-        Ok(guard.map(|held| NativeHeld { held }))
-    }
-
     fn client(&self) -> Result<dlock::Client> {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        client
-            .clone()
-            .ok_or_else(|| coded("DLOCK_CLOSED", "the client is closed"))
+        client.clone().ok_or_else(|| js_error(dlock::Error::Closed))
     }
 }
 
@@ -152,65 +172,36 @@ impl NativeClient {
         self.next_cancel.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Acquires. `waitMs` null waits as long as it takes; 0 tries once (null if busy). With
-    /// `permits`: a permit of the semaphore `name`, which has that many (`owner` unused); with
-    /// `rw` ('read' or 'write'): a hold of the read-write lock `name`.
+    /// Waits for what `spec` names, up to its `waitMs` (rejects with DLOCK_TIMEOUT when it
+    /// runs out); null if `cancel(cancelId)` stopped the wait, which leaves the queue.
     #[napi]
-    #[allow(clippy::too_many_arguments)]
-    pub async fn acquire(
-        &self,
-        name: String,
-        owner: i64,
-        lease_ms: f64,
-        wait_ms: Option<f64>,
-        max_hold_ms: Option<f64>,
-        fair: bool,
-        permits: Option<u32>,
-        rw: Option<String>,
-        cancel_id: Option<u32>,
-    ) -> Result<Option<NativeHeld>> {
-        let client = self.client()?;
-        let lock = match (permits, rw.as_deref()) {
-            (None, None) => client.lock(name).owner(owner as u64),
-            (Some(permits), None) => client.semaphore(name, permits),
-            (None, Some("read")) => client.rw_lock(name).owner(owner as u64).read(),
-            (None, Some("write")) => client.rw_lock(name).owner(owner as u64).write(),
-            _ => {
-                return Err(coded(
-                    "DLOCK_INVALID_ARGUMENT",
-                    format!("rw must be 'read' or 'write', without permits; got {rw:?}"),
-                ));
+    pub async fn acquire(&self, spec: Spec, cancel_id: Option<u32>) -> Result<Option<NativeHeld>> {
+        let (client, spec) = (self.client()?, spec.to_rust()?);
+        let acquire = spec.acquire(&client);
+        let held = match cancel_id {
+            None => Some(acquire.await),
+            Some(id) => {
+                let (tx, rx) = oneshot::channel();
+                let cancels = || self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+                cancels().insert(id, tx);
+                let out = tokio::select! {
+                    out = acquire => Some(out),
+                    _ = rx => None,
+                };
+                cancels().remove(&id);
+                out
             }
         };
-        let mut lock = lock.fair(fair).lease(millis("leaseMs", lease_ms)?);
-        if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
-            lock = lock.max_hold(m);
-        }
-        let wait = optional_millis("waitMs", wait_ms)?;
-        let acquire = async { Ok(lock.acquire_within(wait).await?.map(Into::into)) };
-        self.cancellable(acquire, cancel_id).await
+        let held = held.transpose().map_err(js_error)?;
+        Ok(held.map(|held| NativeHeld { held }))
     }
 
-    /// Acquires every name as one, all or none; `waitMs` and `cancelId` as for `acquire`.
+    /// Takes what `spec` names if it is free now; null if not.
     #[napi]
-    pub async fn acquire_multi(
-        &self,
-        names: Vec<String>,
-        lease_ms: f64,
-        wait_ms: Option<f64>,
-        max_hold_ms: Option<f64>,
-        cancel_id: Option<u32>,
-    ) -> Result<Option<NativeHeld>> {
-        let mut lock = self
-            .client()?
-            .multi_lock(names)
-            .lease(millis("leaseMs", lease_ms)?);
-        if let Some(m) = optional_millis("maxHoldMs", max_hold_ms)? {
-            lock = lock.max_hold(m);
-        }
-        let wait = optional_millis("waitMs", wait_ms)?;
-        let acquire = async { Ok(lock.acquire_within(wait).await?.map(Into::into)) };
-        self.cancellable(acquire, cancel_id).await
+    pub async fn try_acquire(&self, spec: Spec) -> Result<Option<NativeHeld>> {
+        let (client, spec) = (self.client()?, spec.to_rust()?);
+        let held = spec.try_acquire(&client).await.map_err(js_error)?;
+        Ok(held.map(|held| NativeHeld { held }))
     }
 
     /// Stops the acquire started with this cancel id (it then resolves with null).
@@ -226,36 +217,37 @@ impl NativeClient {
         }
     }
 
-    /// The fenced write: true if `value` was stored under `token`, false if refused as stale.
+    /// The fenced write: true if `value` was stored under `token` (a bigint, or a whole
+    /// number), false if refused as stale.
     #[napi]
     pub async fn fenced_write(
         &self,
         resource: String,
-        token: BigInt,
+        token: Either<BigInt, f64>,
         value: String,
     ) -> Result<bool> {
-        let (sign, token, lossless) = token.get_u64();
-        if sign || !lossless {
-            return Err(coded(
-                "DLOCK_INVALID_ARGUMENT",
-                "a fencing token is a positive 64-bit integer",
-            ));
-        }
-        let outcome = self
-            .client()?
-            .fenced_write(&resource, token, &value)
-            .await
-            .map_err(|e| js_error(&e))?;
-        Ok(outcome == dlock::FencedWrite::Written)
+        let token = match token {
+            // 0n may come with no words at all.
+            Either::A(big) if big.words.iter().all(|w| *w == 0) => 0,
+            // Beyond 128 bits it is out of range anyway, and the crate's check says so.
+            Either::A(big) => match big.get_i128() {
+                (n, true) => n,
+                _ => i128::MAX,
+            },
+            Either::B(n) if n.fract() == 0.0 && n.abs() < 1e30 => n as i128,
+            Either::B(n) => {
+                let why = format!("a fencing token is a whole number, not {n}");
+                return Err(js_error(dlock::Error::InvalidArgument(why)));
+            }
+        };
+        let token = dlock::spec::fencing_token(token).map_err(js_error)?;
+        let outcome = self.client()?.fenced_write(&resource, token, &value).await;
+        Ok(outcome.map_err(js_error)? == dlock::FencedWrite::Written)
     }
 
     #[napi]
     pub async fn status(&self, name: String) -> Result<LockStatus> {
-        let s = self
-            .client()?
-            .status(&name)
-            .await
-            .map_err(|e| js_error(&e))?;
+        let s = self.client()?.status(&name).await.map_err(js_error)?;
         Ok(LockStatus {
             owner: s.owner,
             count: s.count,
@@ -321,7 +313,7 @@ impl NativeHeld {
             .collect()
     }
 
-    /// `"expired"`, `"not-owner"`, `"max-hold"` or `"closed"` once lost, else null.
+    /// One of `lostReasons()` once lost, else null.
     #[napi(getter)]
     pub fn lost_reason(&self) -> Option<String> {
         self.held
@@ -338,13 +330,13 @@ impl NativeHeld {
 
     #[napi]
     pub async fn release(&self) -> Result<()> {
-        self.held.release().await.map_err(|e| js_error(&e))
+        self.held.release().await.map_err(js_error)
     }
 
     #[napi]
     pub async fn extend(&self, lease_ms: f64) -> Result<()> {
         let lease = millis("leaseMs", lease_ms)?;
-        self.held.extend(lease).await.map_err(|e| js_error(&e))
+        self.held.extend(lease).await.map_err(js_error)
     }
 
     /// Resolves with the reason when the lock is lost, or with null once it is released.
