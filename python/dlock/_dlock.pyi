@@ -1,14 +1,29 @@
 """Native half of dlock (Rust, pyo3). Use the API in :mod:`dlock` and :mod:`dlock.aio`."""
 
-from typing import Any, Callable, Dict, Optional, final
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar, final
 
-__all__ = ["DEFAULT_LEASE", "Engine", "NativeClient", "NativeHeld", "Task", "_shutdown", "new_owner"]
+__all__ = [
+    "DEFAULT_LEASE",
+    "ERROR_CODES",
+    "LOST_REASONS",
+    "Call",
+    "Engine",
+    "NativeClient",
+    "NativeHeld",
+    "Task",
+    "_shutdown",
+    "new_owner",
+    "redact",
+]
+
+_T = TypeVar("_T")
 
 DEFAULT_LEASE: float
-
-_Callback = Callable[[bool, Any], None]
+LOST_REASONS: Tuple[str, ...]
+ERROR_CODES: Tuple[str, ...]
 
 def new_owner() -> int: ...
+def redact(url: str) -> str: ...
 def _shutdown() -> None: ...
 
 @final
@@ -33,53 +48,23 @@ class Task:
     def cancel(self) -> None: ...
 
 @final
+class Call(Generic[_T]):
+    """A native call, run once: ``wait()`` blocks for its value, ``then(callback)`` runs it on
+    the runtime and calls ``callback(ok, value)`` from a runtime thread."""
+
+    def wait(self) -> _T: ...
+    def then(self, callback: Callable[[bool, Any], None]) -> Task: ...
+
+_Status = Tuple[Optional[str], int, int, Optional[float], int, List[str]]
+
+@final
 class NativeClient:
     @staticmethod
-    def connect(
-        url: str,
-        waiter_lease: Optional[float] = None,
-        request_timeout: Optional[float] = None,
-        lock_delay: Optional[float] = None,
-    ) -> NativeClient: ...
-    @staticmethod
-    def connect_async(
-        url: str,
-        callback: _Callback,
-        waiter_lease: Optional[float] = None,
-        request_timeout: Optional[float] = None,
-        lock_delay: Optional[float] = None,
-    ) -> Task: ...
-    def acquire(
-        self,
-        name: str,
-        owner: int,
-        lease: float,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        fair: bool = True,
-        permits: Optional[int] = None,
-        rw: Optional[str] = None,
-    ) -> Optional[NativeHeld]: ...
-    def acquire_async(
-        self,
-        name: str,
-        owner: int,
-        lease: float,
-        wait: Optional[float],
-        max_hold: Optional[float],
-        fair: bool,
-        permits: Optional[int],
-        rw: Optional[str],
-        callback: _Callback,
-    ) -> Task: ...
-    def acquire_multi(
-        self, names: list[str], lease: float, wait: Optional[float] = None, max_hold: Optional[float] = None
-    ) -> Optional[NativeHeld]: ...
-    def acquire_multi_async(
-        self, names: list[str], lease: float, wait: Optional[float], max_hold: Optional[float], callback: _Callback
-    ) -> Task: ...
-    def status(self, name: str) -> dict[str, Any]: ...
-    def fenced_write(self, resource: str, token: int, value: str) -> bool: ...
+    def connect(url: str, options: Dict[str, Optional[float]]) -> Call[NativeClient]: ...
+    def acquire(self, spec: Dict[str, Any]) -> Call[NativeHeld]: ...
+    def try_acquire(self, spec: Dict[str, Any]) -> Call[Optional[NativeHeld]]: ...
+    def status(self, name: str) -> Call[_Status]: ...
+    def fenced_write(self, resource: str, token: int, value: str) -> Call[bool]: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -93,14 +78,11 @@ class NativeHeld:
     @property
     def fencing_token(self) -> int: ...
     @property
-    def members(self) -> list[tuple[str, int]]: ...
+    def members(self) -> List[Tuple[str, int]]: ...
     @property
     def lost_reason(self) -> Optional[str]: ...
     @property
     def held(self) -> bool: ...
-    def release(self) -> None: ...
-    def release_async(self, callback: _Callback) -> Task: ...
-    def extend(self, lease: float) -> None: ...
-    def extend_async(self, lease: float, callback: _Callback) -> Task: ...
-    def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]: ...
-    def wait_lost_async(self, callback: _Callback) -> Task: ...
+    def release(self) -> Call[None]: ...
+    def extend(self, lease: float) -> Call[None]: ...
+    def wait_lost(self, timeout: Optional[float] = None) -> Call[Optional[str]]: ...

@@ -1,29 +1,34 @@
 """dlock for asyncio::
 
-    import dlock.aio
+    import dlock
 
     client = await dlock.aio.connect("redis://127.0.0.1:6379")
     async with client.lock("orders/42", lease=10.0, wait=5.0) as held:
         await write(fence=held.fencing_token)
 
-Waiting never blocks the event loop; cancelling a task that waits for a lock takes it out of
-the queue.
+The same classes' behaviour as :mod:`dlock` (one implementation, in ``dlock._api``); here the
+native calls run on the event loop instead of blocking. Waiting never blocks the event loop;
+cancelling a task that waits for a lock takes it out of the queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Iterable, Optional, Type
+from typing import Any, Callable, List, Optional, Type, TypeVar, cast
 
-from . import DEFAULT_LEASE, LockStatus, _fencing_token, _HeldState, _LockOptions, _redact, _status
-from ._dlock import NativeClient, NativeHeld, Task, new_owner
-from .errors import LockLost, LockTimeout
+from . import _api
+from ._api import LockStatus, OnLost
+from ._dlock import Call, NativeClient, NativeHeld, new_owner
+from .errors import LockLost
 
-__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncRwLock", "AsyncSemaphore", "connect"]
+__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncMultiLock", "AsyncRwLock", "AsyncSemaphore", "connect"]
 
-OnLost = Callable[["AsyncHeld", str], Any]
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _ignore(ok: bool, value: Any) -> None:
@@ -33,13 +38,13 @@ def _ignore(ok: bool, value: Any) -> None:
 def _give_back(ok: bool, value: Any) -> None:
     """A lock granted to nobody (its waiter was cancelled meanwhile) is released."""
     if ok and isinstance(value, NativeHeld):
-        value.release_async(_ignore)
+        value.release().then(_ignore)
 
 
-async def _call(start: Callable[[Callable[[bool, Any], None]], Task]) -> Any:
-    """Runs a native call that reports through a callback, as a cancellable awaitable."""
+async def _run(call: "Call[T]") -> T:
+    """Runs a native call on the runtime as a cancellable awaitable."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
 
     def settle(ok: bool, value: Any) -> None:
         if future.cancelled():
@@ -55,7 +60,7 @@ async def _call(start: Callable[[Callable[[bool, Any], None]], Task]) -> Any:
         except RuntimeError:  # the loop is closed
             _give_back(ok, value)
 
-    task = start(done)
+    task = call.then(done)
     try:
         return await future
     except asyncio.CancelledError:
@@ -70,123 +75,19 @@ async def connect(
     request_timeout: Optional[float] = None,
     lock_delay: Optional[float] = None,
 ) -> "AsyncClient":
-    """Connects to ``redis://…``, ``rediss://…``, ``redis-cluster://…``, ``redlock://…``, ``zk://…`` or ``memory://[name]``."""
-    native = await _call(lambda done: NativeClient.connect_async(url, done, waiter_lease, request_timeout, lock_delay))
-    return AsyncClient(native, url)
+    """Connects; see :func:`dlock.connect`."""
+    options = _api.connect_options(waiter_lease, request_timeout, lock_delay)
+    return AsyncClient(await _run(NativeClient.connect(url, options)), url)
 
 
-class AsyncClient:
-    def __init__(self, native: NativeClient, url: str) -> None:
-        self._native = native
-        self._url = url
+class _TaskOwners:
+    """One owner per task, and the holds each task's ``async with`` blocks took."""
 
-    def lock(
-        self,
-        name: str,
-        *,
-        lease: float = DEFAULT_LEASE,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        on_lost: Optional[OnLost] = None,
-        fair: bool = True,
-    ) -> "AsyncLock":
-        """A lock to acquire; see :meth:`dlock.Client.lock`. ``on_lost(held, reason)`` is
-        called (awaited if it is a coroutine function) on this loop if the lock is lost."""
-        return AsyncLock(self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair)
+    def __init__(self) -> None:
+        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
+        self._stacks: "weakref.WeakKeyDictionary[asyncio.Task[Any], List[AsyncHeld]]" = weakref.WeakKeyDictionary()
 
-    def multi_lock(
-        self,
-        names: Iterable[str],
-        *,
-        lease: float = DEFAULT_LEASE,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        on_lost: Optional[OnLost] = None,
-    ) -> "AsyncMultiLock":
-        """Several locks to acquire as one; see :meth:`dlock.Client.multi_lock`."""
-        return AsyncMultiLock(self, list(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
-
-    def rw_lock(self, name: str) -> "AsyncRwLock":
-        """A read-write lock; see :meth:`dlock.Client.rw_lock`. In one task, the read and
-        write holds of one ``AsyncRwLock`` belong to one owner."""
-        return AsyncRwLock(self, name)
-
-    def semaphore(
-        self,
-        name: str,
-        *,
-        permits: int,
-        lease: float = DEFAULT_LEASE,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        on_lost: Optional[OnLost] = None,
-        fair: bool = True,
-    ) -> "AsyncSemaphore":
-        """A semaphore with ``permits`` permits; see :meth:`dlock.Client.semaphore`."""
-        return AsyncSemaphore(
-            self, name, permits=permits, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair
-        )
-
-    async def status(self, name: str) -> LockStatus:
-        raw = await asyncio.get_running_loop().run_in_executor(None, self._native.status, name)
-        return _status(name, raw)
-
-    async def fenced_write(self, resource: str, token: int, value: str) -> bool:
-        """See :meth:`dlock.Client.fenced_write`."""
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self._native.fenced_write, resource, _fencing_token(token), value
-        )
-
-    @property
-    def closed(self) -> bool:
-        return self._native.closed
-
-    async def close(self) -> None:
-        self._native.close()
-
-    async def __aenter__(self) -> "AsyncClient":
-        return self
-
-    async def __aexit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        await self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self.closed else f"id={self._native.id}"
-        return f"<dlock.aio.AsyncClient {_redact(self._url)} {state}>"
-
-
-class AsyncLock(_LockOptions):
-    """One lock name with its options. Acquiring the same ``AsyncLock`` again from the same
-    task while it holds is reentrant; other tasks contend normally."""
-
-    _KIND = "dlock.aio.AsyncLock"
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        name: str,
-        *,
-        lease: float,
-        wait: Optional[float],
-        max_hold: Optional[float],
-        on_lost: Optional[OnLost],
-        fair: bool = True,
-        permits: Optional[int] = None,
-        rw: Optional[str] = None,
-        owners: "Optional[weakref.WeakKeyDictionary[asyncio.Task[Any], int]]" = None,
-    ) -> None:
-        super().__init__(name, lease=lease, wait=wait, max_hold=max_hold, fair=fair, permits=permits, rw=rw)
-        self.client = client
-        self.on_lost = on_lost
-        # Each task's owner; the holds of one AsyncRwLock share theirs.
-        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = (
-            weakref.WeakKeyDictionary() if owners is None else owners
-        )
-        self._held: "weakref.WeakKeyDictionary[asyncio.Task[Any], list[AsyncHeld]]" = weakref.WeakKeyDictionary()
-
-    def _owner(self) -> int:
+    def owner(self) -> int:
         task = asyncio.current_task()
         if task is None:
             return new_owner()
@@ -195,126 +96,14 @@ class AsyncLock(_LockOptions):
             owner = self._owners[task] = new_owner()
         return owner
 
-    async def _acquire(self, wait: Optional[float]) -> Optional["AsyncHeld"]:
-        owner = self._owner()
-        native = await _call(
-            lambda done: self.client._native.acquire_async(
-                self.name, owner, self.lease, wait, self.max_hold, self.fair, self.permits, self.rw, done
-            )
-        )
-        return None if native is None else AsyncHeld(native, self.on_lost)
-
-    async def acquire(self) -> "AsyncHeld":
-        """Waits until acquired, up to ``wait`` seconds (raises :class:`LockTimeout`)."""
-        held = await self._acquire(self.wait)
-        if held is None:
-            raise LockTimeout(f"lock {self.name!r} is held by someone else")
-        return held
-
-    async def try_acquire(self) -> Optional["AsyncHeld"]:
-        """Takes the lock if it is free now, else returns None."""
-        return await self._acquire(0.0)
-
-    async def __aenter__(self) -> "AsyncHeld":
-        held = await self.acquire()
+    def stack(self) -> "List[AsyncHeld]":
         task = asyncio.current_task()
-        if task is not None:
-            self._held.setdefault(task, []).append(held)
-        return held
-
-    async def __aexit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            await self._held[task].pop()._exit(exc)
-
-class AsyncMultiLock(AsyncLock):
-    """Several lock names acquired as one (see :meth:`AsyncClient.multi_lock`)."""
-
-    _KIND = "dlock.aio.AsyncMultiLock"
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        names: "list[str]",
-        *,
-        lease: float,
-        wait: Optional[float],
-        max_hold: Optional[float],
-        on_lost: Optional[OnLost],
-    ) -> None:
-        super().__init__(client, ",".join(names), lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost)
-        self.names = names
-
-    async def _acquire(self, wait: Optional[float]) -> Optional["AsyncHeld"]:
-        native = await _call(
-            lambda done: self.client._native.acquire_multi_async(self.names, self.lease, wait, self.max_hold, done)
-        )
-        return None if native is None else AsyncHeld(native, self.on_lost)
+        assert task is not None, "async with runs in a task"
+        return self._stacks.setdefault(task, [])
 
 
-class AsyncSemaphore(AsyncLock):
-    """A semaphore's name, number of permits and options (see :meth:`AsyncClient.semaphore`)."""
-
-    _KIND = "dlock.aio.AsyncSemaphore"
-
-    def __repr__(self) -> str:
-        return f"<{self._KIND} {self.name!r} permits={self.permits} lease={self.lease}s wait={self.wait}>"
-
-
-class AsyncRwLock:
-    """A read-write lock's name (see :meth:`AsyncClient.rw_lock`)."""
-
-    def __init__(self, client: AsyncClient, name: str) -> None:
-        self.client = client
-        self.name = name
-        self._owners: "weakref.WeakKeyDictionary[asyncio.Task[Any], int]" = weakref.WeakKeyDictionary()
-
-    def read(
-        self,
-        *,
-        lease: float = DEFAULT_LEASE,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        on_lost: Optional[OnLost] = None,
-    ) -> AsyncLock:
-        """The read hold, with options as for :meth:`AsyncClient.lock`."""
-        return self._hold("read", lease, wait, max_hold, on_lost)
-
-    def write(
-        self,
-        *,
-        lease: float = DEFAULT_LEASE,
-        wait: Optional[float] = None,
-        max_hold: Optional[float] = None,
-        on_lost: Optional[OnLost] = None,
-    ) -> AsyncLock:
-        """The write hold, with options as for :meth:`AsyncClient.lock`."""
-        return self._hold("write", lease, wait, max_hold, on_lost)
-
-    def _hold(
-        self, rw: str, lease: float, wait: Optional[float], max_hold: Optional[float], on_lost: Optional[OnLost]
-    ) -> AsyncLock:
-        return AsyncLock(
-            self.client,
-            self.name,
-            lease=lease,
-            wait=wait,
-            max_hold=max_hold,
-            on_lost=on_lost,
-            rw=rw,
-            owners=self._owners,
-        )
-
-    def __repr__(self) -> str:
-        return f"<dlock.aio.AsyncRwLock {self.name!r}>"
-
-
-class AsyncHeld(_HeldState):
+class AsyncHeld(_api.HeldBase):
     """A held lock; release it once (or leave its ``async with`` block)."""
-
-    _KIND = "dlock.aio.AsyncHeld"
 
     def __init__(self, native: NativeHeld, on_lost: Optional[OnLost] = None) -> None:
         super().__init__(native)
@@ -326,19 +115,20 @@ class AsyncHeld(_HeldState):
         reason = await self.wait_lost()
         if reason is not None:
             result = on_lost(self, reason)
-            if asyncio.iscoroutine(result):
+            if inspect.isawaitable(result):
                 await result
 
     async def extend(self, lease: float) -> None:
-        await _call(lambda done: self._native.extend_async(lease, done))
+        """Renews now with ``lease`` seconds, which later renewals keep using."""
+        await _run(self._native.extend(lease))
 
     async def release(self) -> None:
-        await _call(self._native.release_async)
+        """Releases the lock; see :meth:`dlock.Held.release`."""
+        await _run(self._native.release())
 
     async def wait_lost(self) -> Optional[str]:
         """Waits until the lock is lost (the reason) or released (None)."""
-        reason: Optional[str] = await _call(self._native.wait_lost_async)
-        return reason
+        return await _run(self._native.wait_lost())
 
     async def _exit(self, exc: Optional[BaseException]) -> None:
         try:
@@ -354,3 +144,87 @@ class AsyncHeld(_HeldState):
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         await self._exit(exc)
+
+
+class _Awaiting(_api.Acquirable[AsyncHeld]):
+    """Acquiring as asyncio does: on the event loop, cancellable."""
+
+    _held_class = AsyncHeld
+    _owners: _TaskOwners
+
+    async def acquire(self) -> AsyncHeld:
+        """Waits until acquired, up to ``wait`` seconds (raises :class:`dlock.LockTimeout`)."""
+        return self._acquired(await _run(self.client._native.acquire(self._spec())))
+
+    async def try_acquire(self) -> Optional[AsyncHeld]:
+        """Takes it if it is free now, else returns None."""
+        return self._maybe(await _run(self.client._native.try_acquire(self._spec())))
+
+    async def __aenter__(self) -> AsyncHeld:
+        held = await self.acquire()
+        self._owners.stack().append(held)
+        return held
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self._owners.stack().pop()._exit(exc)
+
+    def __call__(self, fn: F) -> F:
+        """Decorates the ``async def`` ``fn`` to run while holding it (each call in its task)."""
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError("a dlock.aio lock decorates async def functions; use dlock.connect's locks for others")
+
+        @functools.wraps(fn)
+        async def locked(*args: Any, **kwargs: Any) -> Any:
+            async with self:
+                return await fn(*args, **kwargs)
+
+        return cast(F, locked)
+
+
+class AsyncLock(_api.LockBase[AsyncHeld], _Awaiting):
+    """One lock name with its options. Acquiring the same ``AsyncLock`` again from the same
+    task while it holds is reentrant; other tasks contend normally."""
+
+
+class AsyncMultiLock(_api.MultiLockBase[AsyncHeld], _Awaiting):
+    """Several lock names acquired as one (see :meth:`AsyncClient.multi_lock`)."""
+
+
+class AsyncSemaphore(_api.SemaphoreBase[AsyncHeld], _Awaiting):
+    """A semaphore's name, number of permits and options (see :meth:`AsyncClient.semaphore`)."""
+
+
+class AsyncRwLock(_api.RwLockBase[AsyncLock]):
+    """A read-write lock's name (see :meth:`AsyncClient.rw_lock`); in one task, its read and
+    write holds belong to one owner."""
+
+    _lock_class = AsyncLock
+
+
+class AsyncClient(
+    _api.ClientBase[AsyncLock, AsyncMultiLock, AsyncRwLock, AsyncSemaphore],
+    primitives=(AsyncLock, AsyncMultiLock, AsyncRwLock, AsyncSemaphore),
+    owners=_TaskOwners,
+):
+    """A connection to one lock backend for asyncio; see :class:`dlock.Client`."""
+
+    async def status(self, name: str) -> LockStatus:
+        """Who holds ``name`` now, and who waits for it."""
+        return _api.status(name, await _run(self._native.status(name)))
+
+    async def fenced_write(self, resource: str, token: int, value: str) -> bool:
+        """See :meth:`dlock.Client.fenced_write`."""
+        return await _run(self._native.fenced_write(resource, token, value))
+
+    async def close(self) -> None:
+        self._native.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.close()

@@ -9,21 +9,17 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value as Json};
 
-use crate::error_class;
+use crate::invalid as invalid_argument;
 
 fn invalid(py: Python<'_>, e: &JsonError) -> PyErr {
-    error_class(py, "InvalidArgument", e.to_string())
+    invalid_argument(py, e.to_string())
 }
 
 /// A non-negative integer (nanoseconds, a hold id), or InvalidArgument naming `what`.
 fn unsigned(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    value.extract::<u64>().map_err(|_| {
-        error_class(
-            py,
-            "InvalidArgument",
-            format!("{what} must be an integer >= 0, got {value}"),
-        )
-    })
+    value
+        .extract::<u64>()
+        .map_err(|_| invalid_argument(py, format!("{what} must be an integer >= 0, got {value}")))
 }
 
 /// A Python value as JSON: dicts with str keys, lists and tuples, str, bytes (a string if
@@ -189,6 +185,6 @@ impl Engine {
     #[staticmethod]
     fn script_source(py: Python<'_>, name: &str) -> PyResult<String> {
         dlock::json::script_source(name)
-            .ok_or_else(|| error_class(py, "InvalidArgument", format!("no script named {name:?}")))
+            .ok_or_else(|| invalid_argument(py, format!("no script named {name:?}")))
     }
 }

@@ -4,6 +4,7 @@
 //! `python/dlock/`.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,7 @@ mod engine;
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
 /// The process's runtime. A forked child gets a new one: the parent's worker threads do not
 /// exist in the child, so its runtime must never be used (or dropped) there.
@@ -39,58 +40,34 @@ fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
     Ok(rt)
 }
 
-/// The Python exception for a dlock error (classes live in `dlock.errors`).
+/// The Python exception for a dlock error: the class `dlock.errors` maps its code to.
 fn to_py(py: Python<'_>, e: &dlock::Error) -> PyErr {
-    use dlock::Error as E;
-    let class = match e {
-        E::WaitTimedOut => "LockTimeout",
-        E::Lost(_) => "LockLost",
-        E::Engine(dlock_core::Error::LockLost { .. }) => "LockLost",
-        E::Engine(dlock_core::Error::NotHeld { .. }) => "NotHeld",
-        e if e.is_misuse() && !matches!(e, E::Closed) => "InvalidArgument",
-        e if e.is_backend() || e.is_timeout() => "BackendError",
-        _ => "DlockError",
-    };
-    error_class(py, class, e.to_string())
+    raise(py, e.code(), e.to_string())
 }
 
-fn error_class(py: Python<'_>, class: &str, message: String) -> PyErr {
-    let ty = py
-        .import("dlock.errors")
-        .and_then(|m| m.getattr(class))
-        .and_then(|c| Ok(c.cast_into::<PyType>()?));
-    match ty {
-        Ok(ty) => PyErr::from_type(ty, message),
-        Err(err) => err,
-    }
+/// An exception of the class `dlock.errors.BY_CODE[code]`, with `code` set on it.
+pub(crate) fn raise(py: Python<'_>, code: dlock::ErrorCode, message: String) -> PyErr {
+    let made = (|| -> PyResult<PyErr> {
+        let class = py
+            .import("dlock.errors")?
+            .getattr("BY_CODE")?
+            .get_item(code.as_str())?;
+        let class = class.cast_into::<PyType>()?;
+        let err = PyErr::from_type(class, message);
+        err.value(py).setattr("code", code.as_str())?;
+        Ok(err)
+    })();
+    made.unwrap_or_else(|err| err)
 }
 
-/// Seconds (a Python float) as a duration; negative, NaN or infinite is refused here, zero
-/// and out-of-range leases by the engine.
+/// The caller's mistake, as `InvalidArgument`.
+pub(crate) fn invalid(py: Python<'_>, message: String) -> PyErr {
+    raise(py, dlock::ErrorCode::InvalidArgument, message)
+}
+
+/// Seconds (a Python float) as a duration, checked by the Rust crate.
 fn seconds(py: Python<'_>, what: &str, s: f64) -> PyResult<Duration> {
-    if !s.is_finite() || s < 0.0 {
-        return Err(error_class(
-            py,
-            "InvalidArgument",
-            format!("{what} must be a finite number of seconds >= 0, got {s}"),
-        ));
-    }
-    Duration::try_from_secs_f64(s)
-        .map_err(|e| error_class(py, "InvalidArgument", format!("{what}: {e}")))
-}
-
-/// A semaphore's number of permits from Python; the engine checks its range.
-fn permit_count(py: Python<'_>, n: i64) -> PyResult<u32> {
-    u32::try_from(n).map_err(|_| {
-        error_class(
-            py,
-            "InvalidArgument",
-            format!(
-                "a semaphore has 1 to {} permits, not {n}",
-                dlock_core::MAX_PERMITS
-            ),
-        )
-    })
+    dlock::spec::duration(what, s, dlock::spec::Unit::Seconds).map_err(|e| to_py(py, &e))
 }
 
 fn optional_seconds(py: Python<'_>, what: &str, s: Option<f64>) -> PyResult<Option<Duration>> {
@@ -134,40 +111,90 @@ fn _shutdown(py: Python<'_>) {
     });
 }
 
-/// Runs `fut` on the runtime and calls `callback(ok, value)` with its outcome from a runtime
-/// thread (asyncio passes `loop.call_soon_threadsafe`-based callbacks).
-fn spawn<T, F>(callback: Py<PyAny>, fut: F) -> PyResult<Task>
-where
-    F: Future<Output = Result<T, dlock::Error>> + Send + 'static,
-    T: for<'py> IntoPyObject<'py> + Send + 'static,
-{
-    let handle = runtime()?.spawn(async move {
-        let out = fut.await;
-        // Counted before the check, so that _shutdown either sees us or we see it.
-        IN_PYTHON.fetch_add(1, Ordering::SeqCst);
-        if FINALIZING.load(Ordering::SeqCst) {
-            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
-            std::mem::forget(callback); // no GIL to drop it with
-            std::mem::forget(out);
-            return;
+/// What a finished call gives Python: its value, made into a Python object once the GIL is
+/// held, or the dlock error.
+type Outcome =
+    Result<Box<dyn for<'py> FnOnce(Python<'py>) -> PyResult<Py<PyAny>> + Send>, dlock::Error>;
+
+/// A native call, not started yet. Every native operation returns one, and each API runs it
+/// its own way: `dlock` with `wait()` (blocking, GIL released, Ctrl-C honoured), `dlock.aio`
+/// with `then(callback)` (on the runtime; the callback gets `(ok, value)` from a runtime
+/// thread). One implementation per operation serves both.
+#[pyclass(frozen, module = "dlock._dlock")]
+struct Call {
+    future: Mutex<Option<Pin<Box<dyn Future<Output = Outcome> + Send>>>>,
+}
+
+impl Call {
+    fn new<T, F>(future: F) -> Self
+    where
+        F: Future<Output = Result<T, dlock::Error>> + Send + 'static,
+        T: for<'py> IntoPyObject<'py> + Send + 'static,
+    {
+        let future = async move {
+            let value = future.await?;
+            let convert = move |py: Python<'_>| value.into_py_any(py);
+            Ok(Box::new(convert)
+                as Box<
+                    dyn for<'py> FnOnce(Python<'py>) -> PyResult<Py<PyAny>> + Send,
+                >)
+        };
+        Call {
+            future: Mutex::new(Some(Box::pin(future))),
         }
-        Python::attach(|py| {
-            let called = match out {
-                Ok(value) => value
-                    .into_py_any(py)
-                    .and_then(|v| callback.call1(py, (true, v))),
-                Err(e) => callback.call1(py, (false, to_py(py, &e).into_value(py))),
-            };
-            if let Err(e) = called {
-                e.write_unraisable(py, None);
+    }
+
+    fn take(&self) -> PyResult<Pin<Box<dyn Future<Output = Outcome> + Send>>> {
+        let taken = self.future.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.ok_or_else(|| PyRuntimeError::new_err("this call was run already"))
+    }
+}
+
+#[pymethods]
+impl Call {
+    /// Runs the call and blocks for its outcome; the GIL is released meanwhile.
+    fn wait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let future = self.take()?;
+        match block_on(py, future)? {
+            Ok(convert) => convert(py),
+            Err(e) => Err(to_py(py, &e)),
+        }
+    }
+
+    /// Runs the call on the runtime and calls `callback(ok, value)` with its outcome from a
+    /// runtime thread; the returned task's `cancel()` drops it (a waiting acquire leaves the
+    /// queue).
+    fn then(&self, callback: Py<PyAny>) -> PyResult<Task> {
+        let future = self.take()?;
+        let handle = runtime()?.spawn(async move {
+            let out = future.await;
+            // Counted before the check, so that _shutdown either sees us or we see it.
+            IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+            if FINALIZING.load(Ordering::SeqCst) {
+                IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+                std::mem::forget(callback); // no GIL to drop it with
+                std::mem::forget(out);
+                return;
             }
-            drop(callback);
+            Python::attach(|py| {
+                let called = match out
+                    .map_err(|e| to_py(py, &e))
+                    .and_then(|convert| convert(py))
+                {
+                    Ok(value) => callback.call1(py, (true, value)),
+                    Err(e) => callback.call1(py, (false, e.into_value(py))),
+                };
+                if let Err(e) = called {
+                    e.write_unraisable(py, None);
+                }
+                drop(callback);
+            });
+            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
         });
-        IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
-    });
-    Ok(Task {
-        handle: handle.abort_handle(),
-    })
+        Ok(Task {
+            handle: handle.abort_handle(),
+        })
+    }
 }
 
 /// A call under way for asyncio; `cancel()` drops it (a waiting acquire leaves the queue).
@@ -183,12 +210,69 @@ impl Task {
     }
 }
 
-/// A fresh owner id: each Python `Lock` object is one owner (acquiring it again while it
-/// holds is reentrant).
+/// A fresh owner id: each Python `Lock` object is one owner per thread (or task).
 #[pyfunction]
 fn new_owner() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The URL as it may be shown: without its password.
+#[pyfunction]
+fn redact(url: &str) -> String {
+    dlock::redact(url)
+}
+
+/// How to connect, as `dlock.connect` passes it.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct ConnectOptions {
+    waiter_lease: Option<f64>,
+    request_timeout: Option<f64>,
+    lock_delay: Option<f64>,
+}
+
+/// What to acquire, as `dlock`'s lock objects describe it: `name` (with `permits` for a
+/// semaphore's permit, `rw` for a read-write lock's hold) or `names` (a multi-lock), and
+/// the options.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct Spec {
+    name: Option<String>,
+    names: Option<Vec<String>>,
+    permits: Option<i128>,
+    rw: Option<String>,
+    lease: f64,
+    wait: Option<f64>,
+    max_hold: Option<f64>,
+    owner: Option<u64>,
+    fair: bool,
+}
+
+impl Spec {
+    fn to_rust(&self, py: Python<'_>) -> PyResult<dlock::LockSpec> {
+        let rust = |e: dlock::Error| to_py(py, &e);
+        let mut spec = match (&self.name, &self.names) {
+            (Some(name), None) => {
+                let permits = self
+                    .permits
+                    .map(dlock::spec::permits)
+                    .transpose()
+                    .map_err(rust)?;
+                dlock::LockSpec::named(name.clone(), permits, self.rw.as_deref()).map_err(rust)?
+            }
+            (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi {
+                names: names.clone(),
+            }),
+            _ => return Err(invalid(py, "a name or names, not both".into())),
+        };
+        spec.lease = seconds(py, "lease", self.lease)?;
+        spec.wait = optional_seconds(py, "wait", self.wait)?;
+        spec.max_hold = optional_seconds(py, "max_hold", self.max_hold)?;
+        spec.owner = self.owner;
+        spec.fair = self.fair;
+        Ok(spec)
+    }
 }
 
 #[pyclass(frozen, module = "dlock._dlock")]
@@ -200,277 +284,105 @@ struct NativeClient {
 impl NativeClient {
     fn client(&self, py: Python<'_>) -> PyResult<dlock::Client> {
         if self.pid != std::process::id() {
-            return Err(error_class(
+            return Err(raise(
                 py,
-                "DlockError",
+                dlock::ErrorCode::Closed,
                 "this client was created in another process (before a fork): connect again".into(),
             ));
         }
-        self.client
+        let client = self
+            .client
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| error_class(py, "DlockError", "the client is closed".into()))
-    }
-}
-
-fn builder(
-    py: Python<'_>,
-    url: &str,
-    waiter_lease: Option<f64>,
-    request_timeout: Option<f64>,
-    lock_delay: Option<f64>,
-) -> PyResult<dlock::ClientBuilder> {
-    let mut b = dlock::Client::builder(url);
-    if let Some(d) = optional_seconds(py, "waiter_lease", waiter_lease)? {
-        b = b.waiter_lease(d);
-    }
-    if let Some(d) = optional_seconds(py, "request_timeout", request_timeout)? {
-        b = b.request_timeout(d);
-    }
-    if let Some(d) = optional_seconds(py, "lock_delay", lock_delay)? {
-        b = b.lock_delay(d);
-    }
-    Ok(b)
-}
-
-fn native_client(client: dlock::Client) -> NativeClient {
-    NativeClient {
-        client: Mutex::new(Some(client)),
-        pid: std::process::id(),
-    }
-}
-
-/// What an acquire is asked to do, checked before anything is sent.
-struct Spec {
-    lock: Either,
-    wait: Option<Duration>,
-}
-
-/// One lock, or several as one.
-enum Either {
-    One(dlock::LockBuilder),
-    Many(dlock::MultiLockBuilder),
-}
-
-impl Spec {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        client: dlock::Client,
-        name: String,
-        owner: u64,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-        fair: bool,
-        permits: Option<i64>,
-        rw: Option<&str>,
-    ) -> PyResult<Self> {
-        let lock = match (permits, rw) {
-            (None, None) => client.lock(name).owner(owner),
-            (Some(n), None) => client.semaphore(name, permit_count(py, n)?),
-            (None, Some("read")) => client.rw_lock(name).owner(owner).read(),
-            (None, Some("write")) => client.rw_lock(name).owner(owner).write(),
-            _ => {
-                return Err(error_class(
-                    py,
-                    "InvalidArgument",
-                    format!("rw must be 'read' or 'write', without permits; got {rw:?}"),
-                ));
-            }
-        };
-        let mut lock = lock.fair(fair).lease(seconds(py, "lease", lease)?);
-        if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
-            lock = lock.max_hold(m);
-        }
-        let wait = optional_seconds(py, "wait", wait)?;
-        Ok(Spec {
-            lock: Either::One(lock),
-            wait,
-        })
-    }
-
-    fn multi(
-        py: Python<'_>,
-        client: dlock::Client,
-        names: Vec<String>,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-    ) -> PyResult<Self> {
-        let mut lock = client.multi_lock(names).lease(seconds(py, "lease", lease)?);
-        if let Some(m) = optional_seconds(py, "max_hold", max_hold)? {
-            lock = lock.max_hold(m);
-        }
-        let wait = optional_seconds(py, "wait", wait)?;
-        Ok(Spec {
-            lock: Either::Many(lock),
-            wait,
-        })
-    }
-
-    async fn run(self) -> Result<Option<NativeHeld>, dlock::Error> {
-        let held: Option<dlock::SharedGuard> = match self.lock {
-            Either::One(lock) => lock.acquire_within(self.wait).await?.map(Into::into),
-            Either::Many(lock) => lock.acquire_within(self.wait).await?.map(Into::into),
-        };
-        Ok(held.map(|held| NativeHeld { held }))
+            .clone();
+        client.ok_or_else(|| to_py(py, &dlock::Error::Closed))
     }
 }
 
 #[pymethods]
 impl NativeClient {
+    /// Connects to `url` with `options` (a dict of the `dlock.connect` keywords).
     #[staticmethod]
-    #[pyo3(signature = (url, waiter_lease=None, request_timeout=None, lock_delay=None))]
-    fn connect(
-        py: Python<'_>,
-        url: &str,
-        waiter_lease: Option<f64>,
-        request_timeout: Option<f64>,
-        lock_delay: Option<f64>,
-    ) -> PyResult<Self> {
-        let b = builder(py, url, waiter_lease, request_timeout, lock_delay)?;
-        let client = block_on(py, b.connect())?.map_err(|e| to_py(py, &e))?;
-        Ok(native_client(client))
+    fn connect(py: Python<'_>, url: &str, options: ConnectOptions) -> PyResult<Call> {
+        let mut b = dlock::Client::builder(url);
+        if let Some(d) = optional_seconds(py, "waiter_lease", options.waiter_lease)? {
+            b = b.waiter_lease(d);
+        }
+        if let Some(d) = optional_seconds(py, "request_timeout", options.request_timeout)? {
+            b = b.request_timeout(d);
+        }
+        if let Some(d) = optional_seconds(py, "lock_delay", options.lock_delay)? {
+            b = b.lock_delay(d);
+        }
+        Ok(Call::new(async move {
+            let client = b.connect().await?;
+            Ok(NativeClient {
+                client: Mutex::new(Some(client)),
+                pid: std::process::id(),
+            })
+        }))
     }
 
-    #[staticmethod]
-    #[pyo3(signature = (url, callback, waiter_lease=None, request_timeout=None, lock_delay=None))]
-    fn connect_async(
-        py: Python<'_>,
-        url: &str,
-        callback: Py<PyAny>,
-        waiter_lease: Option<f64>,
-        request_timeout: Option<f64>,
-        lock_delay: Option<f64>,
-    ) -> PyResult<Task> {
-        let b = builder(py, url, waiter_lease, request_timeout, lock_delay)?;
-        spawn(
-            callback,
-            async move { b.connect().await.map(native_client) },
-        )
+    /// Waits for what `spec` names, up to its `wait` (`LockTimeout` when it runs out).
+    fn acquire(&self, py: Python<'_>, spec: Spec) -> PyResult<Call> {
+        let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
+        Ok(Call::new(async move {
+            let held = spec.acquire(&client).await?;
+            Ok(NativeHeld { held })
+        }))
     }
 
-    /// Acquires: `wait=None` waits as long as it takes, `wait=0` tries once (None if busy).
-    /// With `permits`: a permit of the semaphore `name`, which has that many; with `rw`
-    /// ('read' or 'write'): a hold of the read-write lock `name`.
-    #[pyo3(signature = (name, owner, lease, wait=None, max_hold=None, fair=true, permits=None, rw=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn acquire(
-        &self,
-        py: Python<'_>,
-        name: String,
-        owner: u64,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-        fair: bool,
-        permits: Option<i64>,
-        rw: Option<&str>,
-    ) -> PyResult<Option<NativeHeld>> {
-        let spec = Spec::new(
-            py,
-            self.client(py)?,
-            name,
-            owner,
-            lease,
-            wait,
-            max_hold,
-            fair,
-            permits,
-            rw,
-        )?;
-        block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
+    /// Takes what `spec` names if it is free now; None if not.
+    fn try_acquire(&self, py: Python<'_>, spec: Spec) -> PyResult<Call> {
+        let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
+        Ok(Call::new(async move {
+            let held = spec.try_acquire(&client).await?;
+            Ok(held.map(|held| NativeHeld { held }))
+        }))
     }
 
-    #[pyo3(signature = (name, owner, lease, wait, max_hold, fair, permits, rw, callback))]
-    #[allow(clippy::too_many_arguments)]
-    fn acquire_async(
-        &self,
-        py: Python<'_>,
-        name: String,
-        owner: u64,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-        fair: bool,
-        permits: Option<i64>,
-        rw: Option<&str>,
-        callback: Py<PyAny>,
-    ) -> PyResult<Task> {
-        let spec = Spec::new(
-            py,
-            self.client(py)?,
-            name,
-            owner,
-            lease,
-            wait,
-            max_hold,
-            fair,
-            permits,
-            rw,
-        )?;
-        spawn(callback, spec.run())
-    }
-
-    /// Acquires every name as one, all or none; `wait` as for `acquire`.
-    #[pyo3(signature = (names, lease, wait=None, max_hold=None))]
-    fn acquire_multi(
-        &self,
-        py: Python<'_>,
-        names: Vec<String>,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-    ) -> PyResult<Option<NativeHeld>> {
-        let spec = Spec::multi(py, self.client(py)?, names, lease, wait, max_hold)?;
-        block_on(py, spec.run())?.map_err(|e| to_py(py, &e))
-    }
-
-    #[pyo3(signature = (names, lease, wait, max_hold, callback))]
-    fn acquire_multi_async(
-        &self,
-        py: Python<'_>,
-        names: Vec<String>,
-        lease: f64,
-        wait: Option<f64>,
-        max_hold: Option<f64>,
-        callback: Py<PyAny>,
-    ) -> PyResult<Task> {
-        let spec = Spec::multi(py, self.client(py)?, names, lease, wait, max_hold)?;
-        spawn(callback, spec.run())
-    }
-
-    /// `{owner, count, fencing_token, ttl, latest_token, waiters}` of a lock.
-    fn status<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyDict>> {
+    /// `(owner, count, fencing_token, ttl, latest_token, waiters)` of a lock.
+    fn status(&self, py: Python<'_>, name: String) -> PyResult<Call> {
         let client = self.client(py)?;
-        let status =
-            block_on(py, async move { client.status(&name).await })?.map_err(|e| to_py(py, &e))?;
-        let d = PyDict::new(py);
-        d.set_item("owner", status.owner)?;
-        d.set_item("count", status.count)?;
-        d.set_item("fencing_token", status.fencing_token)?;
-        d.set_item("ttl", status.ttl.map(|t| t.as_secs_f64()))?;
-        d.set_item("latest_token", status.latest_token)?;
-        d.set_item("waiters", status.waiters)?;
-        Ok(d)
+        Ok(Call::new(async move {
+            let s = client.status(&name).await?;
+            let ttl = s.ttl.map(|t| t.as_secs_f64());
+            Ok((
+                s.owner,
+                s.count,
+                s.fencing_token,
+                ttl,
+                s.latest_token,
+                s.waiters,
+            ))
+        }))
     }
 
-    /// The fenced write: true if `value` was stored under `token`, false if refused as stale.
+    /// The fenced write: True if `value` was stored under `token`, False if refused as stale.
     fn fenced_write(
         &self,
         py: Python<'_>,
         resource: String,
-        token: u64,
+        token: &Bound<'_, PyAny>,
         value: String,
-    ) -> PyResult<bool> {
+    ) -> PyResult<Call> {
+        // An int (not a bool, which Python counts as one); beyond 128 bits it is out of range
+        // anyway, and the crate's check says so.
+        let number = match token.cast::<PyBool>() {
+            Ok(_) => None,
+            Err(_) => token
+                .extract::<i128>()
+                .ok()
+                .or_else(|| token.is_instance_of::<PyInt>().then_some(i128::MAX)),
+        };
+        let number =
+            number.ok_or_else(|| invalid(py, format!("a fencing token is an int, not {token}")))?;
+        let token = dlock::spec::fencing_token(number).map_err(|e| to_py(py, &e))?;
         let client = self.client(py)?;
-        let outcome = block_on(py, async move {
-            client.fenced_write(&resource, token, &value).await
-        })?
-        .map_err(|e| to_py(py, &e))?;
-        Ok(outcome == dlock::FencedWrite::Written)
+        Ok(Call::new(async move {
+            let outcome = client.fenced_write(&resource, token, &value).await?;
+            Ok(outcome == dlock::FencedWrite::Written)
+        }))
     }
 
     /// Stops taking calls. Held locks stay held until released.
@@ -488,12 +400,12 @@ impl NativeClient {
 
     /// The client's 128-bit id in hex; its owner tokens start with it.
     #[getter]
-    fn id(&self) -> PyResult<String> {
+    fn id(&self) -> String {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(client
+        client
             .as_ref()
             .map(|c| format!("{:032x}", c.id().0))
-            .unwrap_or_default())
+            .unwrap_or_default()
     }
 }
 
@@ -501,23 +413,6 @@ impl NativeClient {
 #[pyclass(frozen, module = "dlock._dlock")]
 struct NativeHeld {
     held: dlock::SharedGuard,
-}
-
-impl NativeHeld {
-    fn lost_future(
-        &self,
-        timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<Option<String>, dlock::Error>> + Send + 'static {
-        let lost = self.held.lost_signal().clone();
-        async move {
-            let wait = lost.wait();
-            let reason = match timeout {
-                Some(t) => tokio::time::timeout(t, wait).await.ok().flatten(),
-                None => wait.await,
-            };
-            Ok(reason.map(|r| r.as_str().to_owned()))
-        }
-    }
 }
 
 #[pymethods]
@@ -539,47 +434,41 @@ impl NativeHeld {
         members.map(|m| (m.name.clone(), m.fencing_token)).collect()
     }
 
-    /// Why the lock was lost (`"expired"`, `"not-owner"`, `"max-hold"`, `"closed"`), or None.
+    /// One of `LOST_REASONS` once lost, else None.
     #[getter]
     fn lost_reason(&self) -> Option<&'static str> {
         self.held.lost_signal().reason().map(|r| r.as_str())
-    }
-
-    fn release(&self, py: Python<'_>) -> PyResult<()> {
-        let held = self.held.clone();
-        block_on(py, async move { held.release().await })?.map_err(|e| to_py(py, &e))
-    }
-
-    fn release_async(&self, callback: Py<PyAny>) -> PyResult<Task> {
-        let held = self.held.clone();
-        spawn(callback, async move { held.release().await })
-    }
-
-    fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<()> {
-        let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
-        block_on(py, async move { held.extend(lease).await })?.map_err(|e| to_py(py, &e))
-    }
-
-    fn extend_async(&self, py: Python<'_>, lease: f64, callback: Py<PyAny>) -> PyResult<Task> {
-        let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
-        spawn(callback, async move { held.extend(lease).await })
-    }
-
-    /// Blocks until the lock is lost (its reason), released or `timeout` passes (None).
-    #[pyo3(signature = (timeout=None))]
-    fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<String>> {
-        let timeout = optional_seconds(py, "timeout", timeout)?;
-        block_on(py, self.lost_future(timeout))?.map_err(|e| to_py(py, &e))
-    }
-
-    fn wait_lost_async(&self, callback: Py<PyAny>) -> PyResult<Task> {
-        spawn(callback, self.lost_future(None))
     }
 
     /// True while this object still holds the lock (not released, not lost).
     #[getter]
     fn held(&self) -> bool {
         self.held.is_held()
+    }
+
+    fn release(&self) -> Call {
+        let held = self.held.clone();
+        Call::new(async move { held.release().await })
+    }
+
+    fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<Call> {
+        let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
+        Ok(Call::new(async move { held.extend(lease).await }))
+    }
+
+    /// Until the lock is lost (its reason), released or `timeout` passes (None).
+    #[pyo3(signature = (timeout=None))]
+    fn wait_lost(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Call> {
+        let timeout = optional_seconds(py, "timeout", timeout)?;
+        let lost = self.held.lost_signal().clone();
+        Ok(Call::new(async move {
+            let wait = lost.wait();
+            let reason = match timeout {
+                Some(t) => tokio::time::timeout(t, wait).await.ok().flatten(),
+                None => wait.await,
+            };
+            Ok(reason.map(|r| r.as_str()))
+        }))
     }
 }
 
@@ -588,8 +477,14 @@ fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<NativeClient>()?;
     m.add_class::<NativeHeld>()?;
+    m.add_class::<Call>()?;
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(new_owner, m)?)?;
+    m.add_function(wrap_pyfunction!(redact, m)?)?;
+    let reasons = dlock::LostReason::ALL.iter().map(|r| r.as_str());
+    m.add("LOST_REASONS", PyTuple::new(m.py(), reasons)?)?;
+    let codes = dlock::ErrorCode::ALL.iter().map(|c| c.as_str());
+    m.add("ERROR_CODES", PyTuple::new(m.py(), codes)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     m.add("DEFAULT_LEASE", dlock::DEFAULT_LEASE.as_secs_f64())?;
     Ok(())
