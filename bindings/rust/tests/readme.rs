@@ -42,3 +42,15 @@ fn the_readme_quotes_the_quickstart() {
         "README.md does not contain the quickstart as in bindings/rust/tests/readme.rs:\n{example}"
     );
 }
+
+#[test]
+fn the_readme_lists_every_backend() {
+    let readme = include_str!("../../../README.md");
+    for scheme in dlock::BACKENDS {
+        assert!(
+            readme.contains(&format!("`{}`", scheme.form)),
+            "README.md does not list {}",
+            scheme.form
+        );
+    }
+}
