@@ -403,7 +403,7 @@ impl LockBuilder {
     /// Waits for the lock (up to [`wait`](Self::wait)). Dropping the future leaves the queue.
     pub async fn acquire(self) -> Result<Guard, Error> {
         let wait = self.wait;
-        self.acquire_within(wait).await?.ok_or(Error::WaitTimedOut)
+        self.acquire_within(wait).await.and_then(or_timeout)
     }
 
     /// Takes the lock if it is free now; `None` if someone holds it or waits for it.
@@ -473,6 +473,12 @@ impl RwLockBuilder {
     }
 }
 
+/// An acquire that waited and got no guard timed out: the one place that says so, for the
+/// builders and [`crate::LockSpec`].
+pub(crate) fn or_timeout<T>(guard: Option<T>) -> Result<T, Error> {
+    guard.ok_or(Error::WaitTimedOut)
+}
+
 /// Sends the acquire `call` makes of its op id and reply channel and waits for its answer;
 /// dropping the future leaves the queue.
 async fn acquire<T>(
@@ -529,7 +535,7 @@ impl MultiLockBuilder {
     /// Waits for every lock (up to [`wait`](Self::wait)).
     pub async fn acquire(self) -> Result<MultiGuard, Error> {
         let wait = self.wait;
-        self.acquire_within(wait).await?.ok_or(Error::WaitTimedOut)
+        self.acquire_within(wait).await.and_then(or_timeout)
     }
 
     /// Takes every lock if all are free now; `None` (and nothing held) otherwise.

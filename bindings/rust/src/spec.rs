@@ -130,9 +130,8 @@ impl LockSpec {
     /// [`Error::WaitTimedOut`] when the wait ran out (the one place where "no guard" becomes
     /// a timeout for the hosts).
     pub async fn acquire(&self, client: &Client) -> Result<SharedGuard, Error> {
-        self.acquire_within(client, self.wait)
-            .await?
-            .ok_or(Error::WaitTimedOut)
+        let guard = self.acquire_within(client, self.wait).await;
+        guard.and_then(crate::client::or_timeout)
     }
 
     /// Takes it if it is free now; `None` if not.
