@@ -1,4 +1,5 @@
-//! docs/PROTOCOL.md carries every script the core sends, byte for byte.
+//! docs/PROTOCOL.md carries every script the core sends, byte for byte, and the least-privilege
+//! Redis ACL for them.
 
 use std::path::Path;
 
@@ -27,4 +28,15 @@ fn protocol_doc_quotes_every_script_verbatim() {
         dlock_core::redis::PROTOCOL_VERSION
     );
     assert!(doc.starts_with(&version));
+}
+
+#[test]
+fn protocol_doc_gives_the_least_privilege_acl() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("../docs/PROTOCOL.md")).expect("docs/PROTOCOL.md");
+    let line = format!(
+        "ACL SETUSER locker on >password {}\n",
+        dlock_core::redis::acl_rules()
+    );
+    assert!(doc.contains(&line), "docs/PROTOCOL.md must give: {line}");
 }

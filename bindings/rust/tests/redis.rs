@@ -689,3 +689,97 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
     );
     assert!(next.fencing_token() > token);
 }
+
+/// A user with exactly `dlock_core::redis::acl_rules()` (keys and channels under `dlock:`, the
+/// client's and the scripts' commands) can use every primitive; a right it lacks is refused
+/// with Redis's NOPERM naming it, before the script wrote anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_acl_user_uses_every_primitive() {
+    let rules = protocol::acl_rules();
+    let mut args = vec!["--user", "locker", "on", ">pw"];
+    args.extend(rules.split(' '));
+    args.extend(["--user", "admin", "on", ">admin", "~*", "&*", "+@all"]);
+    args.extend(["--user", "default", "off"]);
+    let server = RedisServer::start_with(&args);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let a = connect(&url)
+        .await
+        .expect("the least-privilege user connects");
+    let b = connect(&url).await.unwrap();
+
+    // A lock: reentrant, renewed, handed to a waiter by its release (PUBLISH on the channel).
+    let outer = a.lock("acl").owner(1).acquire().await.unwrap();
+    let inner = a.lock("acl").owner(1).acquire().await.unwrap();
+    outer.extend(Duration::from_secs(20)).await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("acl").acquire().await }
+    });
+    while b.status("acl").await.unwrap().waiters.is_empty() {
+        tokio::time::sleep(5 * MS).await;
+    }
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let handed = waiter.await.unwrap().expect("handed over");
+    assert!(handed.fencing_token() > 0);
+    handed.release().await.unwrap();
+
+    // A semaphore, a read-write lock, a multi-lock.
+    let p1 = a.semaphore("pool", 2).acquire().await.unwrap();
+    let p2 = b.semaphore("pool", 2).acquire().await.unwrap();
+    assert!(
+        a.semaphore("pool", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let doc = a.rw_lock("doc");
+    let r1 = doc.read().acquire().await.unwrap();
+    let r2 = b.rw_lock("doc").read().acquire().await.unwrap();
+    assert!(
+        b.rw_lock("doc")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let multi = a.multi_lock(["m/1", "m/2"]).acquire().await.unwrap();
+    for guard in [p1, p2, r1, r2] {
+        guard.release().await.unwrap();
+    }
+    multi.release().await.unwrap();
+
+    // A fenced write to a resource under dlock: works; one outside the user's keys is
+    // refused naming the permission, and nothing was written.
+    let held = a.lock("stock").acquire().await.unwrap();
+    let token = held.fencing_token();
+    assert_eq!(
+        a.fenced_write("dlock:resource", token, "7").await.unwrap(),
+        dlock::FencedWrite::Written
+    );
+    let e = a.fenced_write("stock:42", token, "7").await.unwrap_err();
+    assert!(
+        e.is_backend() && e.to_string().contains("permission"),
+        "{e}"
+    );
+    held.release().await.unwrap();
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &server.port().to_string(),
+            "--user",
+            "admin",
+            "--pass",
+            "admin",
+        ])
+        .args(["--no-auth-warning", "EXISTS", "stock:42"])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0",
+        "nothing half-done"
+    );
+}

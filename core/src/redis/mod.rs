@@ -125,6 +125,31 @@ pub fn fenced_write(resource: &str, token: u64, value: &str) -> RedisOp {
     }
 }
 
+/// The commands a client sends itself on Redis: scripts by SHA (loaded on `NOSCRIPT`), a
+/// PING when it connects, and the wake-up channel's SUBSCRIBE (PROTOCOL.md §1, least
+/// privilege). Redis Cluster adds `cluster|slots` to find the nodes.
+pub const CLIENT_COMMANDS: &[&str] = &["evalsha", "script|load", "ping", "subscribe"];
+
+/// The commands the protocol's scripts run: a Redis ACL applies inside scripts, so a user
+/// needs each of them on the keys and channels under `dlock:` (the fenced write's resource
+/// key is the caller's own, and needs its own key rule).
+pub const SCRIPT_COMMANDS: &[&str] = &[
+    "del", "exists", "get", "hdel", "hget", "hset", "incr", "lindex", "lpop", "lrange", "lrem",
+    "pexpire", "pttl", "publish", "rpush", "set", "time", "zadd", "zrange", "zrem", "zscore",
+];
+
+/// The least-privilege Redis ACL rules for a dlock client: every key and channel under
+/// `dlock:`, and exactly [`CLIENT_COMMANDS`] and [`SCRIPT_COMMANDS`]:
+/// `ACL SETUSER locker on >password <rules>`.
+pub fn acl_rules() -> String {
+    let commands = CLIENT_COMMANDS.iter().chain(SCRIPT_COMMANDS);
+    let allowed: Vec<String> = commands.map(|c| format!("+{c}")).collect();
+    format!(
+        "resetkeys ~dlock:* resetchannels &dlock:* -@all {}",
+        allowed.join(" ")
+    )
+}
+
 /// What a fenced write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FencedWrite {
@@ -749,4 +774,27 @@ pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
         return Err(malformed(Script::Extend, v));
     }
     Ok(flags.into_iter().map(|f| f == 1).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SCRIPT_COMMANDS, Script};
+
+    #[test]
+    fn script_commands_are_exactly_what_the_scripts_call() {
+        let mut called = std::collections::BTreeSet::new();
+        for script in Script::ALL {
+            let source = script.source();
+            for call in source.split("redis.call(").skip(1) {
+                let name = call.strip_prefix('\'').and_then(|c| c.split_once('\''));
+                let (name, _) = name
+                    .unwrap_or_else(|| panic!("{script:?} calls a command it names at run time"));
+                called.insert(name.to_lowercase());
+            }
+            assert!(!source.contains("redis.pcall("), "{script:?}");
+        }
+        let listed: std::collections::BTreeSet<String> =
+            SCRIPT_COMMANDS.iter().map(|c| c.to_string()).collect();
+        assert_eq!(called, listed);
+    }
 }
