@@ -84,8 +84,8 @@ vectors:
 
 # The engine as a WebAssembly component with no imports: target/dlock.wasm.
 wasm:
-    cargo build --quiet -p dlock-component --target wasm32-unknown-unknown --release
-    cargo run --quiet -p dlock-componentize -- target/wasm32-unknown-unknown/release/dlock_component.wasm target/dlock.wasm
+    cargo build --quiet -p dlock-component --target wasm32-unknown-unknown --profile wasm-release
+    cargo run --quiet -p dlock-componentize -- target/wasm32-unknown-unknown/wasm-release/dlock_component.wasm target/dlock.wasm
 
 # Install the toolchain pieces and services the tests need.
 setup:

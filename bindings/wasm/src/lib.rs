@@ -3,7 +3,7 @@
 //! exactly as it would with `dlock_core::Engine`; this crate only translates between the
 //! WIT types and the engine's.
 //!
-//! Build: `cargo build -p dlock-component --target wasm32-unknown-unknown --release`, then
+//! Build: `cargo build -p dlock-component --target wasm32-unknown-unknown --profile wasm-release`, then
 //! turn the core module into a component (`just wasm` does both and writes
 //! `target/dlock.wasm`).
 
