@@ -101,16 +101,6 @@ impl LockSpec {
         Ok(LockSpec::new(primitive))
     }
 
-    /// The names it locks: one, or a multi-lock's.
-    pub fn names(&self) -> Vec<&str> {
-        match &self.primitive {
-            Primitive::Lock { name }
-            | Primitive::Semaphore { name, .. }
-            | Primitive::Rw { name, .. } => vec![name],
-            Primitive::Multi { names } => names.iter().map(String::as_str).collect(),
-        }
-    }
-
     /// Refuses options that do not apply to the primitive (the engine checks names, leases
     /// and permit ranges). [`acquire`](Self::acquire) checks too; call it to fail before
     /// connecting.
@@ -145,17 +135,6 @@ impl LockSpec {
         wait: Option<Duration>,
     ) -> Result<Option<SharedGuard>, Error> {
         self.check()?;
-        let one = |lock: crate::LockBuilder| {
-            let lock = lock.lease(self.lease).fair(self.fair);
-            match self.max_hold {
-                Some(max_hold) => lock.max_hold(max_hold),
-                None => lock,
-            }
-        };
-        let owned = |lock: crate::LockBuilder| match self.owner {
-            Some(owner) => lock.owner(owner),
-            None => lock,
-        };
         let lock = match &self.primitive {
             Primitive::Multi { names } => {
                 let mut lock = client.multi_lock(names.iter().cloned()).lease(self.lease);
@@ -164,20 +143,29 @@ impl LockSpec {
                 }
                 return Ok(lock.acquire_within(wait).await?.map(Into::into));
             }
-            Primitive::Lock { name } => owned(client.lock(name.clone())),
+            // Permits are never reentrant: no owner.
             Primitive::Semaphore { name, permits } => client.semaphore(name.clone(), *permits),
-            Primitive::Rw { name, hold } => {
-                let mut rw = client.rw_lock(name.clone());
-                if let Some(owner) = self.owner {
-                    rw = rw.owner(owner);
-                }
-                match hold {
-                    RwHold::Read => rw.read(),
-                    RwHold::Write => rw.write(),
-                }
-            }
+            Primitive::Lock { name } => client.lock(name.clone()),
+            Primitive::Rw {
+                name,
+                hold: RwHold::Read,
+            } => client.rw_lock(name.clone()).read(),
+            Primitive::Rw {
+                name,
+                hold: RwHold::Write,
+            } => client.rw_lock(name.clone()).write(),
         };
-        Ok(one(lock).acquire_within(wait).await?.map(Into::into))
+        let mut lock = lock.lease(self.lease).fair(self.fair);
+        if let Some(max_hold) = self.max_hold {
+            lock = lock.max_hold(max_hold);
+        }
+        if let (Some(owner), false) = (
+            self.owner,
+            matches!(self.primitive, Primitive::Semaphore { .. }),
+        ) {
+            lock = lock.owner(owner);
+        }
+        Ok(lock.acquire_within(wait).await?.map(Into::into))
     }
 }
 
