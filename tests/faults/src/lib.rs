@@ -59,6 +59,10 @@ pub enum Nemesis {
     Pause,
     /// SIGKILL the holder mid-tenure (and start a fresh worker in its place).
     Kill,
+    /// SIGKILL every queued waiter while a holder works (and start fresh workers, which queue
+    /// behind the dead): the release hands the lock to a dead waiter, whose tenure must lapse
+    /// within its waiter lease (ZooKeeper: its session) for the next live one to get it.
+    WaiterKill,
     /// Hold all traffic between the holder and the server past its lease; then let it flow.
     Partition,
     /// Every client's link gets 5 ms of latency each way and stalls of 250 ms now and then,
@@ -100,9 +104,10 @@ const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 14] = [
+pub const SCENARIOS: [Scenario; 16] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
+    scenario("redis-waiter-kill", Backend::Redis, Nemesis::WaiterKill),
     scenario("redis-partition", Backend::Redis, Nemesis::Partition),
     scenario("redis-slow-link", Backend::Redis, Nemesis::SlowLink),
     scenario("redis-restart", Backend::Redis, Nemesis::Restart),
@@ -114,6 +119,7 @@ pub const SCENARIOS: [Scenario; 14] = [
     ),
     scenario("zk-pause", Backend::ZooKeeper, Nemesis::Pause),
     scenario("zk-kill", Backend::ZooKeeper, Nemesis::Kill),
+    scenario("zk-waiter-kill", Backend::ZooKeeper, Nemesis::WaiterKill),
     scenario("zk-session-expiry", Backend::ZooKeeper, Nemesis::Partition),
     scenario("zk-leader-kill", Backend::ZkEnsemble, Nemesis::LeaderKill),
     scenario(
@@ -561,6 +567,26 @@ impl World {
                 });
                 std::thread::sleep(lease + Duration::from_millis(1500));
             }
+            Nemesis::WaiterKill => {
+                let (holder, _) = self.holder_mid_tenure_wait();
+                let holder = self.workers[holder].child.id();
+                let at = monotonic_ns();
+                let (kept, waiters) = std::mem::take(&mut self.workers)
+                    .into_iter()
+                    .partition(|w| w.child.id() == holder);
+                self.workers = kept;
+                for mut waiter in waiters {
+                    signal(&waiter.child, Signal::SIGKILL);
+                    let _ = waiter.child.wait();
+                    self.spawn_worker();
+                }
+                self.events.push(Event {
+                    at,
+                    victim: None,
+                    must_tell: false,
+                });
+                std::thread::sleep(lease + Duration::from_millis(1500));
+            }
             Nemesis::Partition => {
                 let (i, token) = self.fresh_holder_wait();
                 let at = monotonic_ns();
@@ -758,11 +784,15 @@ impl World {
             stale_attempted: 0,
             stale_accepted: 0,
             recovery: Vec::new(),
-            bound: matches!(
-                self.scenario.nemesis,
-                Nemesis::Pause | Nemesis::Kill | Nemesis::Partition
-            )
-            .then(|| self.lease() + self.scenario.lock_delay + Duration::from_secs(1)),
+            bound: match self.scenario.nemesis {
+                Nemesis::Pause | Nemesis::Kill | Nemesis::Partition => {
+                    Some(self.lease() + self.scenario.lock_delay + Duration::from_secs(1))
+                }
+                // The holder finishes its tenure, then a dead waiter's handed tenure lapses
+                // within its waiter lease (at most the lease; ZooKeeper: the session).
+                Nemesis::WaiterKill => Some(self.hold() + self.lease() + Duration::from_secs(1)),
+                _ => None,
+            },
             victims: 0,
             told_lost: 0,
             lost_events: history.lost.len(),
