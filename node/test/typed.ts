@@ -1,6 +1,6 @@
 // Type-checked with `tsc --strict` and run (downlevelled for Node 20) by typescript.test.mjs:
 // the API as TypeScript users write it, `await using` included.
-import { connect, type Client, type Held, type LockStatus, type DlockError, type LostReason } from 'dlock'
+import { connect, ERROR_CODES, LOST_REASONS, type Client, type Held, type LockStatus, type DlockError, type DlockErrorCode, type LostReason } from 'dlock'
 
 async function main(url: string): Promise<void> {
   const client: Client = await connect(url, { requestTimeoutMs: 2000 })
@@ -21,8 +21,13 @@ async function main(url: string): Promise<void> {
   try {
     await client.lock('', {}).acquire()
   } catch (err) {
-    if ((err as DlockError).code !== 'DLOCK_INVALID_ARGUMENT') throw err
+    const code: DlockErrorCode = (err as DlockError).code
+    if (code !== 'DLOCK_INVALID_ARGUMENT' || !ERROR_CODES.includes(code)) throw err
   }
+  const doubled: number = await client.withLock('typed', async (held: Held) => Number(held.fencingToken) * 2, { waitMs: 1_000 })
+  if (doubled < 2) throw new Error('withLock did not run under the lock')
+  const reasons: readonly LostReason[] = LOST_REASONS
+  if (reasons.length !== 6) throw new Error('every lost reason')
   await client.close()
   console.log(`ok ${token}`)
 }
