@@ -621,18 +621,7 @@ fn fencing_token(json: &str) -> u64 {
 #[test]
 fn no_password_in_any_output_and_help_lists_every_backend() {
     const PASSWORD: &str = "s3cret-pw";
-    let server = RedisServer::start_with(&[
-        "--user",
-        "alice",
-        "on",
-        &format!(">{PASSWORD}"),
-        "~*",
-        "&*",
-        "+@all",
-        "--user",
-        "default",
-        "off",
-    ]);
+    let server = RedisServer::start_with_user("alice", PASSWORD);
     let port = server.port();
     let closed = dlock_testkit::free_port();
     let printed = |out: &Output| {

@@ -66,6 +66,15 @@ impl RedisServer {
         })
     }
 
+    /// Starts `redis-server` whose one user is `user` with `password` and every right (the
+    /// default user is off): for tests of credentials in URLs.
+    pub fn start_with_user(user: &str, password: &str) -> Self {
+        let password = format!(">{password}");
+        Self::start_with(&[
+            "--user", user, "on", &password, "~*", "&*", "+@all", "--user", "default", "off",
+        ])
+    }
+
     /// Starts a redis-server that speaks only TLS, with a fresh CA and a server certificate
     /// for 127.0.0.1 made by the `openssl` command. `Err` says why that is not possible here
     /// (no openssl command).

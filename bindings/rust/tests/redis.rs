@@ -330,9 +330,7 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
 
 #[tokio::test]
 async fn auth_with_an_acl_user() {
-    let server = RedisServer::start_with(&[
-        "--user", "alice", "on", ">s3cret", "~*", "&*", "+@all", "--user", "default", "off",
-    ]);
+    let server = RedisServer::start_with_user("alice", "s3cret");
     let url = format!("redis://alice:s3cret@127.0.0.1:{}", server.port());
     let client = connect(&url).await.expect("alice may connect");
     let guard = client.lock("acl").acquire().await.unwrap();

@@ -59,18 +59,7 @@ async fn no_password_in_any_error_debug_or_log() {
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
 
-    let server = RedisServer::start_with(&[
-        "--user",
-        "alice",
-        "on",
-        &format!(">{PASSWORD}"),
-        "~*",
-        "&*",
-        "+@all",
-        "--user",
-        "default",
-        "off",
-    ]);
+    let server = RedisServer::start_with_user("alice", PASSWORD);
     let port = server.port();
     let closed = free_port();
     let good = format!("redis://alice:{PASSWORD}@127.0.0.1:{port}");
