@@ -20,8 +20,8 @@ fn protocol_doc_quotes_every_script_verbatim() {
         quoted += 1;
     }
     assert_eq!(
-        quoted, 17,
-        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, and the fenced write"
+        quoted, 18,
+        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, the fenced write and the ACL probe"
     );
     let version = format!(
         "# dlock protocol, version {}",

@@ -61,6 +61,22 @@ impl std::fmt::Debug for ClientBuilder {
     }
 }
 
+/// Sends the ACL probe (PROTOCOL.md §7): a Redis user that may not run every command the
+/// scripts run fails here, not half-way through a lock script.
+async fn probe_acl(transport: &Transport, timeout: Duration) -> Result<(), Error> {
+    let probe = transport.execute(Op::Redis(dlock_core::redis::acl_probe()));
+    let reply = tokio::time::timeout(timeout, probe).await.map_err(|_| {
+        Error::Connect("the ACL probe got no reply within the request timeout".into())
+    })?;
+    let refused = |e: dlock_core::Error| Error::Connect(crate::redact(&e.to_string()));
+    match reply.map_err(dlock_core::Error::from).map_err(refused)? {
+        Response::Redis(value) => dlock_core::redis::parse_acl_probe(&value).map_err(refused),
+        other => Err(refused(dlock_core::Error::MalformedReply(format!(
+            "ACL probe replied {other:?}"
+        )))),
+    }
+}
+
 /// A fresh client id from the OS's CSPRNG.
 pub(crate) fn random_client_id() -> Result<ClientId, Error> {
     let mut id = [0u8; 16];
@@ -120,6 +136,12 @@ impl ClientBuilder {
         }
         let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
         let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
+        if backend.probes_acl()
+            && let Err(e) = probe_acl(&transport, config.request_timeout).await
+        {
+            transport.close();
+            return Err(e);
+        }
         config.protocol = protocol.clone();
         let request_timeout = config.request_timeout;
         let base = tokio::time::Instant::now();

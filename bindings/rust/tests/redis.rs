@@ -689,16 +689,27 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
 }
 
 /// A user with exactly `dlock_core::redis::acl_rules()` (keys and channels under `dlock:`, the
-/// client's and the scripts' commands) can use every primitive; a right it lacks is refused
-/// with Redis's NOPERM naming it, before the script wrote anything.
+/// client's and the scripts' commands) can use every primitive; one without some of them fails
+/// to connect (the ACL probe) naming them; a fenced write outside its keys is refused with
+/// NOPERM before it wrote anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_acl_user_uses_every_primitive() {
     let rules = protocol::acl_rules();
     let mut args = vec!["--user", "locker", "on", ">pw"];
     args.extend(rules.split(' '));
     args.extend(["--user", "admin", "on", ">admin", "~*", "&*", "+@all"]);
+    // A user without two of the scripts' commands.
+    let partial = rules.replace(" +publish", "").replace(" +zadd", "");
+    args.extend(["--user", "partial", "on", ">pw"]);
+    args.extend(partial.split(' '));
     args.extend(["--user", "default", "off"]);
     let server = RedisServer::start_with(&args);
+    // It fails to connect, naming what it lacks, before any lock script could stop half-way.
+    let e = connect(&format!("redis://partial:pw@127.0.0.1:{}", server.port()))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Connect(_)), "{e:?}");
+    assert!(e.to_string().contains("publish, zadd"), "{e}");
     let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
     let a = connect(&url)
         .await

@@ -175,7 +175,7 @@ macro_rules! conversions {
 
             $crate::__units!(CoreScript => Script {
                 Acquire, Release, Dequeue, Extend, Status, Raise, PermitAcquire, PermitRelease,
-                PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite,
+                PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
             });
             $crate::__units!(CoreLostReason => LostReason {
                 Expired, NotOwner, MaxHold, Closed, Disconnected, SessionExpired,

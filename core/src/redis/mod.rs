@@ -45,10 +45,13 @@ pub enum Script {
     /// For the resource a lock protects, not the lock: store a value only under a fencing
     /// token at least as new as every one stored before ([`fenced_write`]).
     FencedWrite,
+    /// Sent once when a client connects: the commands the scripts run that the Redis user may
+    /// not ([`acl_probe`]).
+    AclProbe,
 }
 
 impl Script {
-    pub const ALL: [Script; 13] = [
+    pub const ALL: [Script; 14] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
@@ -62,6 +65,7 @@ impl Script {
         Script::RwRelease,
         Script::RwDequeue,
         Script::FencedWrite,
+        Script::AclProbe,
     ];
 
     /// The script's name in docs, vectors and logs.
@@ -80,14 +84,16 @@ impl Script {
             Script::RwRelease => "rw-release",
             Script::RwDequeue => "rw-dequeue",
             Script::FencedWrite => "fenced-write",
+            Script::AclProbe => "acl-probe",
         }
     }
 
-    /// The full Lua source sent to the server (shared helpers first; the fenced write, which
-    /// touches no lock, has none).
+    /// The full Lua source sent to the server (shared helpers first; the fenced write and the
+    /// ACL probe, which touch no lock, have none).
     pub fn source(self) -> String {
         let (helpers, body) = match self {
             Script::FencedWrite => return include_str!("lua/fenced_write.lua").to_owned(),
+            Script::AclProbe => return include_str!("lua/acl_probe.lua").to_owned(),
             Script::Acquire => (&[][..], include_str!("lua/acquire.lua")),
             Script::Release => (&[][..], include_str!("lua/release.lua")),
             Script::Dequeue => (&[][..], include_str!("lua/dequeue.lua")),
@@ -148,6 +154,46 @@ pub fn acl_rules() -> String {
         "resetkeys ~dlock:* resetchannels &dlock:* -@all {}",
         allowed.join(" ")
     )
+}
+
+/// The ACL probe a client sends once when it connects to Redis: which of
+/// [`SCRIPT_COMMANDS`] its user may not run on a lock's keys or a wake-up channel. Read the
+/// reply with [`parse_acl_probe`].
+pub fn acl_probe() -> RedisOp {
+    let mut args = vec![wake_channel(ClientId(0))];
+    args.extend(SCRIPT_COMMANDS.iter().map(|c| c.to_string()));
+    RedisOp::Eval {
+        script: Script::AclProbe,
+        keys: vec![LockKeys::new("dlock-acl-probe").lock],
+        args,
+    }
+}
+
+/// The ACL probe's reply: `Ok` when the user may run every command the protocol needs, else
+/// a backend error naming the commands refused and the rules to grant.
+pub fn parse_acl_probe(reply: &Value) -> Result<(), Error> {
+    let Value::Array(items) = reply else {
+        return Err(Error::MalformedReply(format!(
+            "ACL probe replied {reply:?}"
+        )));
+    };
+    let refused: Vec<String> = items
+        .iter()
+        .map(|item| match item {
+            Value::Data(name) => Ok(String::from_utf8_lossy(name).into_owned()),
+            other => Err(Error::MalformedReply(format!(
+                "ACL probe replied {other:?}"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Backend(format!(
+        "the Redis user may not run {} on dlock's keys and channels (NOPERM); grant it: {} (PROTOCOL.md §7)",
+        refused.join(", "),
+        acl_rules()
+    )))
 }
 
 /// What a fenced write did.

@@ -73,6 +73,8 @@ impl Store {
             Script::RwRelease => self.rw_release(keys, args),
             Script::RwDequeue => self.rw_dequeue(keys, args),
             Script::FencedWrite => self.fenced_write(keys, args),
+            // The reference store has no users: every command is allowed.
+            Script::AclProbe => Ok(Value::Array(Vec::new())),
         }?;
         Ok(Outcome {
             reply,

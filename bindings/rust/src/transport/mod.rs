@@ -92,6 +92,12 @@ pub(crate) fn scheme_list() -> String {
 }
 
 impl Backend {
+    /// Whether a client sends the ACL probe when it connects: on one Redis server and a Redis
+    /// Cluster (Redlock's nodes each have their own users, and memory:// has none).
+    pub(crate) fn probes_acl(&self) -> bool {
+        matches!(self, Backend::Redis(_) | Backend::RedisCluster(_))
+    }
+
     pub(crate) fn parse(url: &str) -> Result<Backend, Error> {
         // Every message shows the URL without its password.
         let shown = crate::redact(url);
