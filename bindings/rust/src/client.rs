@@ -182,8 +182,9 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Connects to `redis://host:port[/db]`, `redis-cluster://host:port[,host:port…]`,
-    /// `zk://host:port[,host:port…][/chroot]` or `memory://[name]` with default options.
+    /// Connects with default options to a URL of one of [`crate::BACKENDS`]: `redis://…`,
+    /// `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]`.
+    /// Errors never show the URL's password.
     pub async fn connect(url: &str) -> Result<Client, Error> {
         Self::builder(url).connect().await
     }
