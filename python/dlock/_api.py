@@ -10,6 +10,7 @@ awaiting differs: running calls, context managers, decorators, whose owner an ac
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, Protocol, Tuple, TypeVar
 
@@ -56,7 +57,7 @@ def connect_options(
     return {"waiter_lease": waiter_lease, "request_timeout": request_timeout, "lock_delay": lock_delay}
 
 
-class Acquirable(Generic[HeldT]):
+class Acquirable(ABC, Generic[HeldT]):
     """A lock, multi-lock or semaphore with its options: what its acquire asks for."""
 
     #: The held object an acquire gives, set by each API.
@@ -81,9 +82,9 @@ class Acquirable(Generic[HeldT]):
         self.fair = fair
         self._owners = owners
 
+    @abstractmethod
     def _target(self) -> Dict[str, Any]:
         """What is acquired: ``name`` (with ``permits`` or ``rw``) or ``names``."""
-        raise NotImplementedError
 
     def _spec(self) -> Dict[str, Any]:
         spec: Dict[str, Any] = {"name": None, "names": None, "permits": None, "rw": None}
@@ -101,8 +102,9 @@ class Acquirable(Generic[HeldT]):
     def _options(self) -> str:
         return f"lease={self.lease}s wait={self.wait}"
 
+    @abstractmethod
     def _what(self) -> str:
-        raise NotImplementedError
+        """The primitive as its repr shows it: its name(s) and kind."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__qualname__} {self._what()} {self._options()}>"
