@@ -19,7 +19,8 @@ function coded(err) {
   if (m) {
     err.code = m[1]
     err.message = m[2]
-    err.stack = `${err.name}: ${m[2]}${err.stack.slice(err.stack.indexOf('\n'))}`
+    const frames = err.stack.indexOf('\n')
+    err.stack = `${err.name}: ${m[2]}${frames < 0 ? '' : err.stack.slice(frames)}`
   }
   return err
 }

@@ -724,9 +724,14 @@ async fn a_least_privilege_acl_user_uses_every_primitive() {
         let b = b.clone();
         async move { b.lock("acl").acquire().await }
     });
-    while b.status("acl").await.unwrap().waiters.is_empty() {
-        tokio::time::sleep(5 * MS).await;
-    }
+    let queued = async {
+        while b.status("acl").await.unwrap().waiters.is_empty() {
+            tokio::time::sleep(5 * MS).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), queued)
+        .await
+        .expect("the waiter queues");
     inner.release().await.unwrap();
     outer.release().await.unwrap();
     let handed = waiter.await.unwrap().expect("handed over");
