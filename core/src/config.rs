@@ -3,6 +3,7 @@
 use core::time::Duration;
 
 use crate::ids::ClientId;
+use crate::sql::SqlSettings;
 
 /// Which backend protocol an engine speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,9 @@ pub enum Protocol {
     /// Redlock over this many independent Redis servers: [`crate::redlock`]. Requests name
     /// their node ([`Op::Redlock`](crate::Op::Redlock)).
     Redlock { nodes: u32 },
+    /// A SQL database (PostgreSQL): [`crate::sql`]. The queue protocol of one Redis, run by
+    /// the database's functions.
+    Sql(SqlSettings),
 }
 
 /// Engine settings. [`Config::new`] gives the defaults for Redis.

@@ -5,13 +5,14 @@ use crate::config::{Config, Protocol};
 use crate::error::Error;
 use crate::lock::Machine;
 use crate::multi::{Multis, ToMachine};
-use crate::redis::machine::Redis;
+use crate::redis::machine::{Lua, Redis};
 use crate::redlock::machine::Redlock;
+use crate::sql::SqlSettings;
 use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
 use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
 use crate::zk::machine::Zk;
-use crate::{redis, zk};
+use crate::{redis, sql, zk};
 
 impl Protocol {
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
@@ -23,6 +24,10 @@ impl Protocol {
             Protocol::ZooKeeper(zk) => vec![Op::Zk(zk::ZkOp::Children {
                 path: zk::lock_dir(&zk.root, name),
             })],
+            Protocol::Sql(settings) => {
+                sql::check_name(settings.dialect, name)?;
+                vec![Op::Sql(settings.status(name))]
+            }
             Protocol::Redlock { nodes } => {
                 let op = redis::status(&redis::LockKeys::new(name));
                 (0..*nodes)
@@ -43,6 +48,7 @@ impl Protocol {
             }
             Response::Zk(zk::ZkReply::Children(children)) => Ok(zk::status(&children)),
             Response::Zk(zk::ZkReply::NoNode) => Ok(zk::status(&[])),
+            Response::Sql(values) if matches!(self, Protocol::Sql(_)) => sql::parse_status(&values),
             other => Err(Error::MalformedReply(format!("status replied {other:?}"))),
         }
     }
@@ -53,6 +59,7 @@ enum Inner {
     Redis(Machine<Redis>),
     Zk(Machine<Zk>),
     Redlock(Machine<Redlock>),
+    Sql(Machine<Redis<SqlSettings>>),
 }
 
 /// The sans-IO lock engine.
@@ -76,6 +83,7 @@ macro_rules! with_machine {
             Inner::Redis($m) => $body,
             Inner::Zk($m) => $body,
             Inner::Redlock($m) => $body,
+            Inner::Sql($m) => $body,
         }
     };
     (mut $engine:expr, $m:ident => $body:expr) => {
@@ -83,16 +91,21 @@ macro_rules! with_machine {
             Inner::Redis($m) => $body,
             Inner::Zk($m) => $body,
             Inner::Redlock($m) => $body,
+            Inner::Sql($m) => $body,
         }
     };
 }
 
 impl Engine {
-    /// A new engine at time `now`. On Redis its first output subscribes to its wake-up
-    /// channel.
+    /// A new engine at time `now`. On Redis and SQL its first output subscribes to its
+    /// wake-up channel.
     pub fn new(config: Config, now: Instant) -> Result<Self, Error> {
         let inner = match &config.protocol {
-            Protocol::Redis => Inner::Redis(Redis::machine(&config, now)?),
+            Protocol::Redis => Inner::Redis(Redis::machine(&config, Lua, now)?),
+            Protocol::Sql(settings) => {
+                settings.check()?;
+                Inner::Sql(Redis::machine(&config, settings.clone(), now)?)
+            }
             Protocol::ZooKeeper(settings) => Inner::Zk(Zk::machine(&config, settings, now)?),
             Protocol::Redlock { nodes } => Inner::Redlock(Redlock::machine(&config, *nodes, now)?),
         };
@@ -107,7 +120,8 @@ impl Engine {
         &self.config
     }
 
-    /// The pub/sub channel on which this engine's waiters are woken (Redis).
+    /// The channel on which this engine's waiters are woken (Redis pub/sub, PostgreSQL
+    /// `LISTEN`).
     pub fn wake_channel(&self) -> String {
         redis::wake_channel(self.config.client_id)
     }

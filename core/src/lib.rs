@@ -84,6 +84,7 @@ pub mod multi;
 mod owner;
 pub mod redis;
 pub mod redlock;
+pub mod sql;
 mod status;
 mod time;
 mod timers;

@@ -5,6 +5,7 @@ use core::time::Duration;
 use crate::error::{Error, TransportError};
 pub use crate::ids::{ClientId, HoldId, OpId, RequestId};
 use crate::redis::{RedisOp, Value};
+use crate::sql::{SqlOp, SqlValue};
 use crate::time::Instant;
 use crate::zk::{ZkOp, ZkReply};
 
@@ -191,6 +192,8 @@ pub enum Op {
         node: u32,
         op: RedisOp,
     },
+    /// A statement on a SQL database ([`crate::sql`]).
+    Sql(SqlOp),
 }
 
 /// A successful answer to an [`Op`], in the same protocol.
@@ -198,10 +201,12 @@ pub enum Op {
 pub enum Response {
     Redis(Value),
     Zk(ZkReply),
+    /// The elements of the one array a SQL statement selects.
+    Sql(Vec<SqlValue>),
 }
 
 impl Response {
-    /// The Redis value, or the response back if it is ZooKeeper's.
+    /// The Redis value, or the response back if it is another protocol's.
     pub(crate) fn redis(self) -> Result<Value, Response> {
         match self {
             Response::Redis(v) => Ok(v),
@@ -209,7 +214,7 @@ impl Response {
         }
     }
 
-    /// The ZooKeeper reply, or the response back if it is Redis's.
+    /// The ZooKeeper reply, or the response back if it is another protocol's.
     pub(crate) fn zk(self) -> Result<ZkReply, Response> {
         match self {
             Response::Zk(r) => Ok(r),

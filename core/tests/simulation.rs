@@ -1767,6 +1767,7 @@ fn describe(op: &Op) -> String {
         Op::Redis(RedisOp::Subscribe { channel }) => format!("subscribe {channel}"),
         Op::Redlock { node, op } => format!("node {node}: {}", describe(&Op::Redis(op.clone()))),
         Op::Zk(op) => format!("{op:?}"),
+        Op::Sql(op) => format!("{op:?}"),
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use dlock_core::ZkSettings;
 use dlock_core::redis::{RedisOp, Value};
+use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
@@ -243,6 +244,18 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
                     }
                 }
             }
+            "sql" => {
+                let dialect = p.get("dialect");
+                let Some(d) = Dialect::parse(dialect.str()?) else {
+                    return dialect.fail("expected postgres");
+                };
+                let mut sql = SqlSettings::new(d);
+                let prefix = p.get("table_prefix");
+                if !prefix.is_absent() {
+                    prefix.str()?.clone_into(&mut sql.table_prefix);
+                }
+                Protocol::Sql(sql)
+            }
             other => return p.get("type").fail(format!("unknown protocol {other:?}")),
         };
     }
@@ -258,6 +271,11 @@ pub fn config_to_json(config: &Config) -> Json {
             "session_timeout_ms": ms(zk.session_timeout),
         }),
         Protocol::Redlock { nodes } => json!({ "type": "redlock", "nodes": nodes }),
+        Protocol::Sql(sql) => json!({
+            "type": "sql",
+            "dialect": sql.dialect.name(),
+            "table_prefix": sql.table_prefix,
+        }),
     };
     json!({
         "client_id": format!("{:032x}", config.client_id.0),
@@ -357,13 +375,33 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
 }
 
 fn reply_from_json(f: &Field<'_>) -> Result<Reply> {
-    let (value, zk, error) = (f.get("value"), f.get("zk"), f.get("error"));
-    let given = [&value, &zk, &error]
+    let (value, zk, sql, error) = (f.get("value"), f.get("zk"), f.get("sql"), f.get("error"));
+    let given = [&value, &zk, &sql, &error]
         .iter()
         .filter(|x| x.value.is_some())
         .count();
     if given != 1 {
-        return f.fail("a reply has exactly one of \"value\" (Redis), \"zk\" or \"error\"");
+        return f
+            .fail("a reply has exactly one of \"value\" (Redis), \"zk\", \"sql\" or \"error\"");
+    }
+    if let Some(Json::Array(items)) = sql.value {
+        let value = |i: usize| {
+            let item = sql.index(i);
+            Ok(match item.required()? {
+                Json::Null => SqlValue::Null,
+                Json::Number(n) => match n.as_i64() {
+                    Some(n) => SqlValue::Int(n),
+                    None => return item.fail("expected a 64-bit integer"),
+                },
+                Json::String(s) => SqlValue::Text(s.clone()),
+                _ => return item.fail("expected null, an integer or a string"),
+            })
+        };
+        let values = (0..items.len()).map(value).collect::<Result<_>>()?;
+        return Ok(Ok(Response::Sql(values)));
+    }
+    if sql.value.is_some() {
+        return sql.fail("expected an array");
     }
     if value.value.is_some() {
         return Ok(Ok(Response::Redis(resp_from_json(&value)?)));
@@ -435,6 +473,19 @@ fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
             ("zk", json!({ "type": "children", "names": names }))
         }
         Ok(Response::Zk(ZkReply::NoNode)) => ("zk", json!({ "type": "no-node" })),
+        Ok(Response::Sql(values)) => (
+            "sql",
+            Json::Array(
+                values
+                    .iter()
+                    .map(|v| match v {
+                        SqlValue::Null => Json::Null,
+                        SqlValue::Int(n) => json!(n),
+                        SqlValue::Text(s) => json!(s),
+                    })
+                    .collect(),
+            ),
+        ),
         Err(TransportError::Unavailable(m)) => {
             ("error", json!({ "type": "unavailable", "message": m }))
         }
@@ -515,7 +566,8 @@ pub fn input_to_json(input: &Input) -> Json {
 
 /// A backend operation as JSON: `eval` (script name, keys, args), `subscribe`, or one of the
 /// ZooKeeper operations (`create-parents`, `create-sequential`, `delete`, `children`,
-/// `watch`, `exists`). A Redlock operation is its Redis operation with the `node` it goes to.
+/// `watch`, `exists`), or a SQL `query` (statement name, SQL text, parameters) or `listen`. A
+/// Redlock operation is its Redis operation with the `node` it goes to.
 pub fn op_to_json(op: &Op) -> Json {
     match op {
         Op::Redlock { node, op } => {
@@ -537,6 +589,23 @@ pub fn op_to_json(op: &Op) -> Json {
         Op::Zk(ZkOp::Children { path }) => json!({ "type": "children", "path": path }),
         Op::Zk(ZkOp::Watch { path }) => json!({ "type": "watch", "path": path }),
         Op::Zk(ZkOp::Exists { path }) => json!({ "type": "exists", "path": path }),
+        Op::Sql(SqlOp::Query {
+            statement,
+            sql,
+            params,
+        }) => {
+            let params: Vec<Json> = params
+                .iter()
+                .map(|p| match p {
+                    Param::Text(s) => json!(s),
+                    Param::Int(n) => json!(n),
+                    Param::TextList(items) => json!(items),
+                    Param::IntList(items) => json!(items),
+                })
+                .collect();
+            json!({ "type": "query", "statement": statement.name(), "sql": sql, "params": params })
+        }
+        Op::Sql(SqlOp::Listen { channel }) => json!({ "type": "listen", "channel": channel }),
     }
 }
 

@@ -31,11 +31,14 @@ macro_rules! conversions {
             use ::std::vec::Vec;
             use ::dlock_core as core_;
             use ::dlock_core::redis::Script as CoreScript;
+            use ::dlock_core::sql::{Dialect as CoreDialect, Statement as CoreStatement};
             use ::dlock_core::{LostReason as CoreLostReason, NotAcquired as CoreNotAcquired};
-            use super::$wit::engine::{Config, Input, Output, Protocol, Reply, ZkSettings};
+            use super::$wit::engine::{
+                Config, Dialect, Input, Output, Protocol, Reply, SqlSettings, ZkSettings,
+            };
             use super::$wit::transport::{
                 Eval, Message, NodeOp, Notice, Op, RedisNode, RedisOp, Request, Response, Script,
-                TransportError, ZkOp, ZkReply,
+                SqlOp, SqlParam, SqlQuery, SqlValue, Statement, TransportError, ZkOp, ZkReply,
             };
             use super::$wit::types::{
                 Acquire, AcquireMulti, Acquired, AcquiredMulti, Command, Error, Event, Extend,
@@ -53,7 +56,7 @@ macro_rules! conversions {
                 a.cv()
             }
 
-            $crate::__same!(u8, u32, u64, bool, String);
+            $crate::__same!(u8, u32, u64, i64, bool, String);
 
             impl<A: Cv<B>, B> Cv<Option<B>> for Option<A> {
                 fn cv(self) -> Option<B> {
@@ -177,6 +180,8 @@ macro_rules! conversions {
                 Acquire, Release, Dequeue, Extend, Status, Raise, PermitAcquire, PermitRelease,
                 PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
             });
+            $crate::__units!(CoreStatement => Statement { Acquire, Release, Dequeue, Extend, Status });
+            $crate::__units!(CoreDialect => Dialect { Postgres });
             $crate::__units!(CoreLostReason => LostReason {
                 Expired, NotOwner, MaxHold, Closed, Disconnected, SessionExpired,
             });
@@ -191,6 +196,11 @@ macro_rules! conversions {
                 [] (core_::Protocol::Redis) <=> (Protocol::Redis),
                 [z] (core_::Protocol::ZooKeeper(z)) <=> (Protocol::Zookeeper(z)),
                 [nodes] (core_::Protocol::Redlock { nodes }) <=> (Protocol::Redlock(nodes)),
+                [s] (core_::Protocol::Sql(s)) <=> (Protocol::Sql(s)),
+            });
+            $crate::__table!(core_::sql::SqlSettings => SqlSettings {
+                [dialect, table_prefix] (core_::sql::SqlSettings { dialect, table_prefix })
+                <=> (SqlSettings { dialect, table_prefix }),
             });
             $crate::__table!(core_::ZkSettings => ZkSettings {
                 [root, session_timeout] (core_::ZkSettings { root, session_timeout })
@@ -233,6 +243,12 @@ macro_rules! conversions {
             $crate::__table!(core_::Response => Response {
                 [v] (core_::Response::Redis(v)) <=> (Response::Redis(v)),
                 [r] (core_::Response::Zk(r)) <=> (Response::Zk(r)),
+                [values] (core_::Response::Sql(values)) <=> (Response::Sql(values)),
+            });
+            $crate::__table!(core_::sql::SqlValue => SqlValue {
+                [] (core_::sql::SqlValue::Null) <=> (SqlValue::Nil),
+                [n] (core_::sql::SqlValue::Int(n)) <=> (SqlValue::Int(n)),
+                [s] (core_::sql::SqlValue::Text(s)) <=> (SqlValue::Text(s)),
             });
             $crate::__table!(core_::zk::ZkReply => ZkReply {
                 [] (core_::zk::ZkReply::Done) <=> (ZkReply::Done),
@@ -265,6 +281,18 @@ macro_rules! conversions {
                 [op] (core_::Op::Redis(op)) <=> (Op::Redis(op)),
                 [node, op] (core_::Op::Redlock { node, op }) <=> (Op::Redlock(NodeOp { node, op })),
                 [op] (core_::Op::Zk(op)) <=> (Op::Zk(op)),
+                [op] (core_::Op::Sql(op)) <=> (Op::Sql(op)),
+            });
+            $crate::__table!(core_::sql::SqlOp => SqlOp {
+                [statement, sql, params] (core_::sql::SqlOp::Query { statement, sql, params })
+                <=> (SqlOp::Query(SqlQuery { statement, sql, params })),
+                [channel] (core_::sql::SqlOp::Listen { channel }) <=> (SqlOp::Listen(channel)),
+            });
+            $crate::__table!(core_::sql::Param => SqlParam {
+                [s] (core_::sql::Param::Text(s)) <=> (SqlParam::Text(s)),
+                [n] (core_::sql::Param::Int(n)) <=> (SqlParam::Int(n)),
+                [items] (core_::sql::Param::TextList(items)) <=> (SqlParam::TextList(items)),
+                [items] (core_::sql::Param::IntList(items)) <=> (SqlParam::IntList(items)),
             });
             $crate::__table!(core_::redis::RedisOp => RedisOp {
                 [script, keys, args] (core_::redis::RedisOp::Eval { script, keys, args }) <=> (RedisOp::Eval(Eval { script, keys, args })),

@@ -93,6 +93,7 @@ impl Bed {
                 let sessions = configs.iter().map(|_| store.open_session()).collect();
                 Server::Zk { store, sessions }
             }
+            Protocol::Sql(_) => unreachable!("no scenario runs on SQL: its vectors are Redis's"),
         };
         let engines = configs
             .iter()

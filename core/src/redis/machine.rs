@@ -8,7 +8,12 @@
 //! engine's channel; the hold it hands over lasts until the waiter's own deadline, which its
 //! latest answered ACQUIRE set (PROTOCOL.md §5). The server counts a hold's levels, so a
 //! reentry and the release of a level are requests too.
+//!
+//! The same machine runs the SQL backend: a [`Wire`] carries the scripts — as `EVALSHA` on
+//! Redis ([`Lua`]), as calls of the database functions of the same names on SQL
+//! ([`crate::sql`]) — and brings their replies back as the scripts give them.
 
+use core::fmt;
 use core::time::Duration;
 
 use crate::base::{InFlight, check_lease, retry_delay};
@@ -24,8 +29,50 @@ use crate::redis::{
 };
 use crate::time::Instant;
 use crate::types::{
-    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Response, Wait,
+    Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
+    Wait,
 };
+
+/// What carries the queue protocol's scripts to the server and their replies back.
+pub(crate) trait Wire: fmt::Debug + Sized {
+    /// The backend's name in refusals.
+    const NAME: &'static str;
+    /// The protocol its replies come in, for malformed-reply errors.
+    const WIRE: &'static str;
+    /// The primitives its server side offers.
+    const OFFERS: &'static [Primitive];
+
+    /// The request that runs `op` — a lock script on the locks `names` (the script's keys
+    /// stand for them), or the wake-up channel's subscription.
+    fn op(&self, op: RedisOp, names: &[&str]) -> Op;
+
+    /// A reply as the script gives it, or the response back if it is another protocol's.
+    fn reply(response: Response) -> Result<Value, Response>;
+
+    /// Refuses what the server cannot store (after the lifecycle's checks).
+    fn refuse(&self, _a: &Acquire) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Redis: the scripts run with `EVALSHA`, wake-ups come by pub/sub.
+#[derive(Debug)]
+pub(crate) struct Lua;
+
+impl Wire for Lua {
+    const NAME: &'static str = "Redis";
+    const WIRE: &'static str = "Redis";
+    const OFFERS: &'static [Primitive] =
+        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
+
+    fn op(&self, op: RedisOp, _names: &[&str]) -> Op {
+        Op::Redis(op)
+    }
+
+    fn reply(response: Response) -> Result<Value, Response> {
+        response.redis()
+    }
+}
 
 /// What a Redis tenure is on the server.
 #[derive(Debug)]
@@ -234,9 +281,10 @@ pub(crate) enum RedisTimer {
     Subscribe,
 }
 
-/// The Redis protocol's strategy.
+/// The Redis protocol's strategy, over the wire `W`.
 #[derive(Debug)]
-pub(crate) struct Redis {
+pub(crate) struct Redis<W: Wire = Lua> {
+    wire: W,
     client_id: ClientId,
     waiter_lease: Duration,
     /// Added to every lease the server is asked to keep (not to the holder's validity).
@@ -244,17 +292,19 @@ pub(crate) struct Redis {
     channel: String,
 }
 
-type Life = Lifecycle<Redis>;
+type Life<W> = Lifecycle<Redis<W>>;
 
-impl Redis {
-    /// A machine at time `now`. Its first output subscribes to its wake-up channel.
-    pub(crate) fn machine(config: &Config, now: Instant) -> Result<Machine<Redis>, Error> {
+impl<W: Wire> Redis<W> {
+    /// A machine at time `now` over `wire`. Its first output subscribes to its wake-up
+    /// channel.
+    pub(crate) fn machine(config: &Config, wire: W, now: Instant) -> Result<Machine<Self>, Error> {
         check_lease(config.waiter_lease)?;
         check_lease(config.request_timeout)?;
         if !config.lock_delay.is_zero() {
             check_lease(config.lock_delay)?;
         }
         let redis = Redis {
+            wire,
             client_id: config.client_id,
             waiter_lease: config.waiter_lease,
             lock_delay: config.lock_delay,
@@ -269,16 +319,19 @@ impl Redis {
         ))
     }
 
-    fn subscribe(&mut self, life: &mut Life) {
+    fn subscribe(&mut self, life: &mut Life<W>) {
         let channel = self.channel.clone();
-        life.send(
-            Op::Redis(RedisOp::Subscribe { channel }),
+        self.send(
+            life,
+            RedisOp::Subscribe { channel },
+            &[],
             Purpose::Subscribe,
         );
     }
 
-    fn send(life: &mut Life, op: RedisOp, purpose: Purpose) {
-        life.send(Op::Redis(op), purpose);
+    /// Sends `op`, a script on the locks `names` (or the subscription), over the wire.
+    fn send(&self, life: &mut Life<W>, op: RedisOp, names: &[&str], purpose: Purpose) {
+        life.send(self.wire.op(op, names), purpose);
     }
 
     /// The waiter lease of one acquire: the client's, but never longer than the lease asked
@@ -291,7 +344,7 @@ impl Redis {
     }
 
     /// ACQUIRE of tenure `t` at `count` levels in `mode`.
-    fn acquire_op(&self, t: &Tenure<Redis>, count: u32, mode: Mode) -> RedisOp {
+    fn acquire_op(&self, t: &Tenure<Self>, count: u32, mode: Mode) -> RedisOp {
         t.data.acquire(
             &t.token,
             t.lease + self.lock_delay,
@@ -301,7 +354,17 @@ impl Redis {
         )
     }
 
-    fn send_acquire(&mut self, life: &mut Life, seq: u64) {
+    /// One EXTEND of `items` (hold, lease), over the wire.
+    fn extend_op(&self, tenures: &Tenures<Self>, items: &[(u64, Duration)]) -> Op {
+        let req = extend(tenures, items, self.lock_delay, |k| &k.keys);
+        let names: Vec<&str> = items
+            .iter()
+            .filter_map(|(s, _)| tenures.get(*s).map(|t| t.name.as_str()))
+            .collect();
+        self.wire.op(req, &names)
+    }
+
+    fn send_acquire(&mut self, life: &mut Life<W>, seq: u64) {
         let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
@@ -310,14 +373,14 @@ impl Redis {
         };
         w.state.step = Step::Asking { free: false };
         let mode = w.state.place.mode();
-        let req = self.acquire_op(t, 1, mode);
+        let req = self.wire.op(self.acquire_op(t, 1, mode), &[&t.name]);
         life.clear_timer(RedisTimer::Refresh(seq));
-        Redis::send(life, req, Purpose::Acquire { seq, mode });
+        life.send(req, Purpose::Acquire { seq, mode });
     }
 
     fn on_acquire(
         &mut self,
-        life: &mut Life,
+        life: &mut Life<W>,
         seq: u64,
         mode: Mode,
         sent: Instant,
@@ -407,7 +470,7 @@ impl Redis {
 
     fn on_reenter(
         &mut self,
-        life: &mut Life,
+        life: &mut Life<W>,
         seq: u64,
         op: OpId,
         lease: Duration,
@@ -451,7 +514,7 @@ impl Redis {
 
     fn on_renew(
         &mut self,
-        life: &mut Life,
+        life: &mut Life<W>,
         items: Vec<(u64, Duration)>,
         sent: Instant,
         reply: Result<Value, Error>,
@@ -469,7 +532,7 @@ impl Redis {
 
     fn on_release(
         &mut self,
-        life: &mut Life,
+        life: &mut Life<W>,
         seq: u64,
         op: OpId,
         count: u32,
@@ -487,7 +550,7 @@ impl Redis {
 
     fn on_extend(
         &mut self,
-        life: &mut Life,
+        life: &mut Life<W>,
         seq: u64,
         op: OpId,
         lease: Duration,
@@ -520,7 +583,7 @@ impl Redis {
     }
 
     /// A wake-up: the server handed us the lock, or freed it for us to come and take.
-    fn wake(&mut self, life: &mut Life, payload: &[u8]) {
+    fn wake(&mut self, life: &mut Life<W>, payload: &[u8]) {
         let (token, hand_off) = match redis::parse_wake(payload) {
             Some(Wake::HandOff {
                 token,
@@ -552,7 +615,7 @@ impl Redis {
     /// lease — provided the hand-off came after that request ran, which a fencing token
     /// larger than the reply's `latest` proves. A notice older than that reply is stale; one
     /// that cannot be proven either way is claimed with another ACQUIRE.
-    fn take_hand_off(&mut self, life: &mut Life, seq: u64) {
+    fn take_hand_off(&mut self, life: &mut Life<W>, seq: u64) {
         let now = life.now();
         let Some(t) = life.tenures.get_mut(seq) else {
             return;
@@ -583,8 +646,10 @@ impl Redis {
     }
 }
 
-impl Backend for Redis {
-    const NAME: &'static str = "Redis";
+impl<W: Wire> Backend for Redis<W> {
+    const NAME: &'static str = W::NAME;
+    const WIRE: &'static str = W::WIRE;
+    const OFFERS: &'static [Primitive] = W::OFFERS;
     const SERVER_COUNTS: bool = true;
     const RENEWS_HOLDS: bool = true;
 
@@ -598,7 +663,7 @@ impl Backend for Redis {
     type Reply = Value;
 
     fn reply(response: Response) -> Result<Value, Response> {
-        response.redis()
+        W::reply(response)
     }
 
     fn waiter_timer(seq: u64) -> RedisTimer {
@@ -611,10 +676,10 @@ impl Backend for Redis {
                 "read-write locks are always fair (readers and writers are served in order)".into(),
             ));
         }
-        Ok(())
+        self.wire.refuse(a)
     }
 
-    fn tenure(&self, life: &Life, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {
+    fn tenure(&self, life: &Life<W>, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {
         let token = owner_token(self.client_id, seq);
         let (keys, target) = match a.kind {
             Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
@@ -666,11 +731,11 @@ impl Backend for Redis {
         (token, keys, pending)
     }
 
-    fn start(&mut self, life: &mut Life, seq: u64) {
+    fn start(&mut self, life: &mut Life<W>, seq: u64) {
         self.send_acquire(life, seq);
     }
 
-    fn reenter(&mut self, life: &mut Life, seq: u64, op: OpId) {
+    fn reenter(&mut self, life: &mut Life<W>, seq: u64, op: OpId) {
         let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
@@ -678,35 +743,47 @@ impl Backend for Redis {
         // The server's count mirrors granted levels plus reentries under way.
         h.data += 1;
         let count = h.count + h.data;
-        let req = self.acquire_op(t, count, Mode::Refresh);
+        let req = self
+            .wire
+            .op(self.acquire_op(t, count, Mode::Refresh), &[&t.name]);
         let lease = t.lease;
-        Redis::send(life, req, Purpose::Reenter { seq, op, lease });
+        life.send(req, Purpose::Reenter { seq, op, lease });
     }
 
-    fn release_level(&mut self, life: &mut Life, op: OpId, seq: u64, count: u32) {
+    fn release_level(&mut self, life: &mut Life<W>, op: OpId, seq: u64, count: u32) {
         if let Some(t) = life.tenures.get(seq) {
-            let req = t.data.release(&t.token, count);
-            Redis::send(life, req, Purpose::Release { seq, op, count });
+            let req = self.wire.op(t.data.release(&t.token, count), &[&t.name]);
+            life.send(req, Purpose::Release { seq, op, count });
         }
     }
 
-    fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Redis>) {
+    fn release(&mut self, life: &mut Life<W>, op: OpId, seq: u64, t: Tenure<Self>) {
         let req = t.data.release(&t.token, 0);
-        Redis::send(life, req, Purpose::Release { seq, op, count: 0 });
+        self.send(
+            life,
+            req,
+            &[&t.name],
+            Purpose::Release { seq, op, count: 0 },
+        );
     }
 
-    fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
-        let req = extend(&life.tenures, &[(seq, lease)], self.lock_delay, |k| &k.keys);
-        Redis::send(life, req, Purpose::Extend { seq, op, lease });
+    fn extend(&mut self, life: &mut Life<W>, op: OpId, seq: u64, lease: Duration) {
+        let req = self.extend_op(&life.tenures, &[(seq, lease)]);
+        life.send(req, Purpose::Extend { seq, op, lease });
     }
 
-    fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
-        let req = extend(&life.tenures, items, self.lock_delay, |k| &k.keys);
+    fn renew(&mut self, life: &mut Life<W>, items: &[(u64, Duration)]) {
+        let req = self.extend_op(&life.tenures, items);
         let items = items.to_vec();
-        Redis::send(life, req, Purpose::Renew { items });
+        life.send(req, Purpose::Renew { items });
     }
 
-    fn on_reply(&mut self, life: &mut Life, req: InFlight<Purpose>, reply: Result<Value, Error>) {
+    fn on_reply(
+        &mut self,
+        life: &mut Life<W>,
+        req: InFlight<Purpose>,
+        reply: Result<Value, Error>,
+    ) {
         let sent = req.sent_at;
         match req.purpose {
             Purpose::Acquire { seq, mode } => self.on_acquire(life, seq, mode, sent, reply),
@@ -726,7 +803,7 @@ impl Backend for Redis {
         }
     }
 
-    fn notice(&mut self, life: &mut Life, notice: Notice) {
+    fn notice(&mut self, life: &mut Life<W>, notice: Notice) {
         match notice {
             Notice::Connected => {
                 if !life.closed() {
@@ -747,7 +824,7 @@ impl Backend for Redis {
         }
     }
 
-    fn timer(&mut self, life: &mut Life, timer: RedisTimer) {
+    fn timer(&mut self, life: &mut Life<W>, timer: RedisTimer) {
         match timer {
             RedisTimer::Refresh(seq) => {
                 if life.tenures.pending(seq).is_some_and(|w| !w.state.asking()) {
@@ -761,20 +838,25 @@ impl Backend for Redis {
     /// Anything we may still hold on the server is given back — except a lease that ran out
     /// under lock-delay: the application may still be at work (it was paused, say), and the
     /// delay exists to keep the next holder away from it.
-    fn lost(&mut self, life: &mut Life, t: &Tenure<Redis>, reason: &LostReason) {
+    fn lost(&mut self, life: &mut Life<W>, t: &Tenure<Self>, reason: &LostReason) {
         let give_back = match reason {
             LostReason::Expired => self.lock_delay.is_zero(),
             LostReason::MaxHold => true,
             _ => false,
         };
         if give_back && !life.closed() {
-            Redis::send(life, t.data.release(&t.token, 0), Purpose::Cleanup);
+            self.send(
+                life,
+                t.data.release(&t.token, 0),
+                &[&t.name],
+                Purpose::Cleanup,
+            );
         }
     }
 
     /// Leaves the queue, and passes the lock on if it was already handed to us.
-    fn give_up(&mut self, life: &mut Life, t: &Tenure<Redis>) {
-        Redis::send(life, t.data.dequeue(&t.token), Purpose::Cleanup);
+    fn give_up(&mut self, life: &mut Life<W>, t: &Tenure<Self>) {
+        self.send(life, t.data.dequeue(&t.token), &[&t.name], Purpose::Cleanup);
     }
 
     const IGNORED: Purpose = Purpose::Cleanup;

@@ -2,6 +2,7 @@
 //! They decide nothing.
 
 mod memory;
+mod postgres;
 mod redis;
 mod zk;
 
@@ -13,6 +14,7 @@ use dlock_core::{Input, Op, Protocol, Reply, TransportError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Error;
+pub(crate) use postgres::PgUrl;
 pub(crate) use zk::ZkUrl;
 
 /// A backend named by a URL. Its `Debug` hides passwords.
@@ -33,6 +35,9 @@ pub(crate) enum Backend {
     Memory(String),
     /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]`.
     ZooKeeper(ZkUrl),
+    /// `postgres://[user:password@]host[:port][/dbname][?table_prefix=P&…]` (or
+    /// `postgresql://`).
+    Postgres(PgUrl),
 }
 
 /// A backend a URL may name: its scheme, the URL's form and what it is. The CLI's help, the
@@ -73,6 +78,11 @@ pub const BACKENDS: &[Scheme] = &[
         name: "zk",
         form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]",
         about: "ZooKeeper (the session is the lease)",
+    },
+    Scheme {
+        name: "postgres",
+        form: "postgres://[user:password@]host[:port][/dbname][?table_prefix=dlock_]",
+        about: "PostgreSQL (also postgresql://): the database's clock, NOTIFY wake-ups",
     },
     Scheme {
         name: "memory",
@@ -134,6 +144,7 @@ impl Backend {
                 Ok(Backend::Redis(url.to_owned()))
             }
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(&shown, rest)?)),
+            "postgres" | "postgresql" => Ok(Backend::Postgres(PgUrl::parse(&shown, url)?)),
             "redis-cluster" => node_urls(&shown, rest).map(Backend::RedisCluster),
             "redlock" => {
                 let nodes = node_urls(&shown, rest)?;
@@ -168,6 +179,7 @@ impl std::fmt::Debug for Backend {
             }
             Backend::Memory(name) => format!("memory://{name}"),
             Backend::ZooKeeper(url) => format!("zk://{}", url.hosts),
+            Backend::Postgres(url) => url.shown(),
         };
         f.write_str(&shown)
     }
@@ -213,6 +225,7 @@ pub(crate) enum Transport {
     Redlock(redis::RedlockTransport),
     Memory(memory::MemoryTransport),
     Zk(zk::ZkTransport),
+    Postgres(postgres::PgTransport),
 }
 
 impl Transport {
@@ -246,6 +259,10 @@ impl Transport {
                 let settings = ZkSettings::new(session_timeout);
                 (Transport::Zk(t), Protocol::ZooKeeper(settings))
             }
+            Backend::Postgres(url) => (
+                Transport::Postgres(postgres::PgTransport::connect(url, inbox).await?),
+                Protocol::Sql(url.settings.clone()),
+            ),
         })
     }
 
@@ -256,6 +273,7 @@ impl Transport {
             (Transport::Redlock(t), Op::Redlock { node, op }) => t.execute(node, op),
             (Transport::Memory(t), Op::Redis(op)) => t.execute(op),
             (Transport::Zk(t), Op::Zk(op)) => t.execute(op),
+            (Transport::Postgres(t), Op::Sql(op)) => t.execute(op),
             (_, op) => {
                 let e = TransportError::Server(format!("{op:?} is not for this backend"));
                 Box::pin(async move { Err(e) })
@@ -270,6 +288,7 @@ impl Transport {
             Transport::Redlock(t) => t.close(),
             Transport::Memory(t) => t.close(),
             Transport::Zk(t) => t.close(),
+            Transport::Postgres(t) => t.close(),
         }
     }
 }

@@ -1,0 +1,418 @@
+//! The Rust client against a real PostgreSQL (Debian's package, run by the tests in a temp dir
+//! on a free loopback port). With `DLOCK_TEST_ENGINE=wasm` every client runs the engine from
+//! its WebAssembly component.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::{Client, Error, LostReason};
+use dlock_testkit::PostgresServer;
+
+mod common;
+use common::{builder, connect};
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Waits until `check` holds, polling; panics with `what` after 60 s.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn waiters(client: &Client, name: &str) -> usize {
+    client.status(name).await.map_or(0, |s| s.waiters.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_and_increasing_tokens_across_clients() {
+    let pg = PostgresServer::start();
+    common::contend(&pg.url(), 3, 3, 8).await;
+    let client = connect(&pg.url()).await.unwrap();
+    let status = client.status("counter").await.unwrap();
+    assert_eq!((status.owner, status.waiters.len()), (None, 0));
+    assert_eq!(
+        status.latest_token,
+        pg.psql("SELECT fence FROM dlock_lock WHERE name = 'counter'")
+            .parse::<u64>()
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_are_all_or_none_and_never_deadlock() {
+    let pg = PostgresServer::start();
+    common::multi_all_or_none(&pg.url()).await;
+    common::multi_contend(&pg.url(), 2, 2, 6).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_fair_and_fair_acquires_exclude_each_other() {
+    let pg = PostgresServer::start();
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for i in 0..4 {
+        let client = connect(&pg.url()).await.unwrap();
+        let inside = inside.clone();
+        workers.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let guard = client
+                    .lock("hot")
+                    .fair(i % 2 == 0)
+                    .lease(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
+                tokio::task::yield_now().await;
+                inside.store(false, std::sync::atomic::Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let all = futures_util::future::join_all(workers);
+    for w in tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("no waiter is left asleep")
+    {
+        w.unwrap();
+    }
+}
+
+/// The row says who holds the lock, in words a person reads: the full name, the owner token,
+/// the hold count, the fencing token and the expiry by the database's clock.
+#[tokio::test]
+async fn reentrant_acquires_share_a_tenure_and_the_row_shows_it() {
+    let pg = PostgresServer::start();
+    let client = connect(&pg.url()).await.unwrap();
+    let name = "orders/42 — ünïcode's \"quoted\" name";
+    let outer = client.lock(name).owner(7).acquire().await.unwrap();
+    let inner = client.lock(name).owner(7).acquire().await.unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    let status = client.status(name).await.unwrap();
+    assert_eq!(status.count, 2);
+    let row = pg.psql(&format!(
+        "SELECT name, owner, holds, fence, expires_at > now() FROM dlock_lock WHERE name = '{}'",
+        name.replace('\'', "''")
+    ));
+    assert_eq!(
+        row,
+        format!(
+            "{name}|{}|2|{}|t",
+            status.owner.clone().unwrap(),
+            outer.fencing_token()
+        )
+    );
+    assert!(
+        client
+            .lock(name)
+            .owner(8)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    inner.release().await.unwrap();
+    assert_eq!(client.status(name).await.unwrap().count, 1);
+    outer.release().await.unwrap();
+    assert_eq!(client.status(name).await.unwrap().owner, None);
+}
+
+#[tokio::test]
+async fn try_acquire_and_wait_timeout() {
+    let pg = PostgresServer::start();
+    let a = connect(&pg.url()).await.unwrap();
+    let b = connect(&pg.url()).await.unwrap();
+    let held = a.lock("x").acquire().await.unwrap();
+    assert!(b.lock("x").try_acquire().await.unwrap().is_none());
+    let err = b.lock("x").wait(200 * MS).acquire().await.unwrap_err();
+    assert_eq!(err, Error::WaitTimedOut);
+    eventually("the timed-out waiter to leave the queue", || async {
+        waiters(&a, "x").await == 0
+    })
+    .await;
+    held.release().await.unwrap();
+    assert!(b.lock("x").try_acquire().await.unwrap().is_some());
+}
+
+/// Waiters queue in order and each release hands the lock to the next, woken by NOTIFY: their
+/// waiter lease (60 s) makes them look on their own only every 20 s, and the holders' leases
+/// last 60 s, so without the wake-ups the five hand-offs could not end within the 60 s allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served_woken_by_notify() {
+    let pg = PostgresServer::start();
+    let holder = connect(&pg.url()).await.unwrap();
+    let held = holder
+        .lock("fifo")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let client = builder(&pg.url())
+            .waiter_lease(Duration::from_secs(60))
+            .connect()
+            .await
+            .unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = client
+                .lock("fifo")
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push((i, guard.fencing_token()));
+            guard.release().await.unwrap();
+        }));
+        eventually("the waiter to queue", || async {
+            waiters(&holder, "fifo").await == i + 1
+        })
+        .await;
+    }
+    let first = held.fencing_token();
+    held.release().await.unwrap();
+    let all = futures_util::future::join_all(tasks);
+    for t in tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every waiter woken by its hand-off")
+    {
+        t.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
+    let mut last = first;
+    for (_, token) in order {
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+}
+
+/// Tokens keep growing when the lock's row is deleted and after the database restarts: they
+/// come from a sequence, whose advances are in the WAL before any commit that used them.
+#[tokio::test]
+async fn fencing_tokens_grow_across_row_deletion_and_a_database_restart() {
+    let mut pg = PostgresServer::start();
+    let mut last = 0;
+    let client = connect(&pg.url()).await.unwrap();
+    for _ in 0..3 {
+        let guard = client.lock("fenced").acquire().await.unwrap();
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        guard.release().await.unwrap();
+    }
+    pg.psql("DELETE FROM dlock_lock");
+    let guard = client.lock("fenced").acquire().await.unwrap();
+    assert!(
+        guard.fencing_token() > last,
+        "{} after {last}",
+        guard.fencing_token()
+    );
+    last = guard.fencing_token();
+    guard.release().await.unwrap();
+    drop(client);
+    pg.restart();
+    let client = connect(&pg.url()).await.unwrap();
+    let guard = client.lock("fenced").acquire().await.unwrap();
+    assert!(
+        guard.fencing_token() > last,
+        "{} after {last}",
+        guard.fencing_token()
+    );
+}
+
+/// A holder that dies without releasing keeps the lock until its lease runs out by the
+/// database's clock; then the waiter at the head takes it with a newer token.
+#[tokio::test]
+async fn a_dead_holders_lock_goes_to_the_waiter_after_its_lease() {
+    let pg = PostgresServer::start();
+    let client = connect(&pg.url()).await.unwrap();
+    let first: u64 = pg
+        .psql("SELECT (dlock_acquire_v1('abandoned', 'dead-holder', 400, 1, 'try', 3000, ''))[2]")
+        .parse()
+        .unwrap();
+    let started = Instant::now();
+    let guard = client
+        .lock("abandoned")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= 300 * MS,
+        "acquired after {:?}, before the dead holder's lease ran out",
+        started.elapsed()
+    );
+    assert!(guard.fencing_token() > first);
+}
+
+#[tokio::test]
+async fn lost_fires_when_the_row_is_taken_behind_the_holders_back() {
+    let pg = PostgresServer::start();
+    let client = connect(&pg.url()).await.unwrap();
+    let guard = client
+        .lock("fragile")
+        .lease(600 * MS)
+        .acquire()
+        .await
+        .unwrap();
+    pg.psql("UPDATE dlock_lock SET owner = 'someone else' WHERE name = 'fragile'");
+    let reason = tokio::time::timeout(Duration::from_secs(30), guard.lost())
+        .await
+        .expect("lost at its next renewal");
+    assert_eq!(reason, LostReason::NotOwner);
+    assert!(guard.release().await.unwrap_err().is_lost());
+}
+
+/// `pg_terminate_backend` on every dlock connection: both reconnect, the hold is renewed on
+/// the new connection, and a waiter is woken through the new LISTEN (its own look would come
+/// only after the holder's 60 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_come_back_and_keep_the_hold_and_the_wake_ups() {
+    let pg = PostgresServer::start();
+    let holder = connect(&pg.url()).await.unwrap();
+    let guard = holder
+        .lock("k")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = builder(&pg.url())
+        .waiter_lease(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock("k").acquire().await });
+    eventually("the waiter to queue", || async {
+        waiters(&holder, "k").await == 1
+    })
+    .await;
+    let killed: usize = pg
+        .psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'")
+        .parse()
+        .unwrap();
+    assert_eq!(killed, 4, "two connections per client");
+    eventually("both clients to reconnect", || async {
+        pg.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock'") == "4"
+    })
+    .await;
+    // The hold is still ours: an extend on the new connection confirms it.
+    let mut extended = guard.extend(Duration::from_secs(60)).await;
+    for _ in 0..50 {
+        if extended.is_ok() {
+            break;
+        }
+        tokio::time::sleep(100 * MS).await;
+        extended = guard.extend(Duration::from_secs(60)).await;
+    }
+    extended.expect("the hold survives its connection");
+    assert!(!guard.is_lost());
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("woken through the new LISTEN")
+        .unwrap()
+        .unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+/// A restart within the lease keeps the lock: the row is durable, and the holder's renewals
+/// reach the database again once it is back.
+#[tokio::test]
+async fn a_hold_survives_a_database_restart_within_its_lease() {
+    let mut pg = PostgresServer::start();
+    let client = connect(&pg.url()).await.unwrap();
+    let guard = client
+        .lock("durable")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    pg.restart();
+    let mut status = client.status("durable").await;
+    for _ in 0..100 {
+        if status.is_ok() {
+            break;
+        }
+        tokio::time::sleep(100 * MS).await;
+        status = client.status("durable").await;
+    }
+    let status = status.expect("the database is back");
+    assert_eq!(status.fencing_token, guard.fencing_token());
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    assert_eq!(client.status("durable").await.unwrap().owner, None);
+}
+
+/// Two table prefixes are two separate lock spaces.
+#[tokio::test]
+async fn a_table_prefix_is_a_lock_space_of_its_own() {
+    let pg = PostgresServer::start();
+    let a = connect(&pg.url()).await.unwrap();
+    let b = connect(&format!("{}?table_prefix=jobs_", pg.url()))
+        .await
+        .unwrap();
+    let held = a.lock("x").acquire().await.unwrap();
+    let other = b
+        .lock("x")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("another lock space");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM jobs_lock WHERE owner IS NOT NULL"),
+        "1"
+    );
+    held.release().await.unwrap();
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn what_sql_cannot_do_is_refused_with_a_typed_error() {
+    let pg = PostgresServer::start();
+    let client = connect(&pg.url()).await.unwrap();
+    let err = client.semaphore("s", 2).acquire().await.unwrap_err();
+    assert!(err.is_misuse() && err.to_string().contains("SQL"), "{err}");
+    let err = client.rw_lock("rw").read().acquire().await.unwrap_err();
+    assert!(err.is_misuse() && err.to_string().contains("SQL"), "{err}");
+    let err = client.lock("nul\0name").acquire().await.unwrap_err();
+    assert!(err.is_misuse(), "{err:?}");
+    assert!(client.status("nul\0name").await.unwrap_err().is_misuse());
+    let long = "n".repeat(1025);
+    assert!(client.lock(long).acquire().await.unwrap_err().is_misuse());
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM dlock_lock"),
+        "0",
+        "nothing was sent"
+    );
+
+    let port = pg.port();
+    for url in [
+        format!("postgres://postgres@127.0.0.1:{port}/postgres?table_prefix=Bad-Prefix"),
+        format!("postgres://postgres@127.0.0.1:{port}/postgres?table_prefix="),
+        format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=require"),
+        format!("postgresql://postgres@127.0.0.1:{port}/postgres?no_such_option=1"),
+        "postgres://".to_owned(),
+    ] {
+        let err = connect(&url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl(_)), "{url}: {err:?}");
+    }
+    // A password never shows, not in a bad URL's message nor in a failed connection's.
+    let closed = dlock_testkit::free_port();
+    for url in [
+        format!("postgres://u:hunter2-secret@127.0.0.1:{closed}/db"),
+        format!("postgres://u:hunter2-secret@127.0.0.1:{closed}/db?table_prefix=9"),
+        format!("postgres://u:hunter2-secret@127.0.0.1:{port}/nosuchdb"),
+    ] {
+        let err = connect(&url).await.unwrap_err();
+        assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
+    }
+}

@@ -1,0 +1,440 @@
+//! The SQL protocol, v1: tables, functions and the statements that call them, for PostgreSQL
+//! (and, under the same statements' names, MySQL/MariaDB once their procedures land).
+//!
+//! The SQL backend runs the queue protocol of one Redis (§5) with the database as the server:
+//! each Lua script of a lock ([`Script::Acquire`], [`Script::Release`], [`Script::Dequeue`],
+//! [`Script::Extend`], [`Script::Status`]) is a function of the same name in the database,
+//! which takes the lock's name where the script takes its keys, the same arguments, and
+//! replies the same integers. So the engine's lock machine is the Redis one
+//! (`redis::machine`), carried by [`SqlOp`]s instead of `EVALSHA`, and woken by `NOTIFY`
+//! instead of `PUBLISH`. `docs/PROTOCOL.md` §18 gives the tables and the argument.
+//!
+//! Every statement is one autocommitted `SELECT` of one function: one round trip, atomic, at
+//! the server's isolation level (a serialization failure or deadlock is retried by the
+//! transport: the statement had no effect), relying on no session state but the wake-up
+//! channel's `LISTEN`. Transports run [`SqlOp`]s verbatim.
+
+use crate::error::Error;
+use crate::redis::machine::Wire;
+use crate::redis::{RedisOp, Script, Value};
+use crate::status::LockStatus;
+use crate::types::{Acquire, Op, Primitive, Response};
+use core::fmt;
+
+/// Version of the tables and functions in this module: the functions' names end in `_v1`, so
+/// clients of another version never run these by mistake.
+pub const SQL_PROTOCOL_VERSION: u32 = 1;
+
+/// The table prefix unless configured otherwise: tables `dlock_lock`, `dlock_waiter`, the
+/// sequence `dlock_fence`, functions `dlock_acquire_v1`, …
+pub const DEFAULT_TABLE_PREFIX: &str = "dlock_";
+
+/// Longest table prefix: the longest name made of it (`<prefix>waiter_queue`) stays within
+/// PostgreSQL's 63 bytes.
+pub const MAX_TABLE_PREFIX_LEN: usize = 40;
+
+/// Which database speaks the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// PostgreSQL 12 or later.
+    Postgres,
+}
+
+impl Dialect {
+    /// Every dialect, in the order the docs list them.
+    pub const ALL: [Dialect; 1] = [Dialect::Postgres];
+
+    /// The dialect's name in URLs, the CLI and errors: `postgres`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+        }
+    }
+
+    /// The dialect named `name` (`postgres` or `postgresql`).
+    pub fn parse(name: &str) -> Option<Dialect> {
+        match name {
+            "postgres" | "postgresql" => Some(Dialect::Postgres),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dialect::Postgres => "PostgreSQL",
+        })
+    }
+}
+
+/// SQL settings of an engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlSettings {
+    pub dialect: Dialect,
+    /// Prefix of every table, sequence and function name ([`check_table_prefix`]).
+    pub table_prefix: String,
+}
+
+impl SqlSettings {
+    pub fn new(dialect: Dialect) -> Self {
+        Self {
+            dialect,
+            table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+        }
+    }
+
+    /// Checks the settings: the table prefix must be a plain SQL identifier.
+    pub fn check(&self) -> Result<(), Error> {
+        check_table_prefix(&self.table_prefix)
+    }
+
+    /// The DDL that creates the tables and functions if missing, one statement each, in
+    /// order. Every statement can run again (`IF NOT EXISTS`, `CREATE OR REPLACE`).
+    pub fn schema(&self) -> Vec<String> {
+        let source = match self.dialect {
+            Dialect::Postgres => include_str!("postgres.sql"),
+        };
+        source
+            .split("\n--;\n")
+            .map(|statement| statement.replace("dlock_", &self.table_prefix))
+            .collect()
+    }
+
+    /// The statement that calls `statement`'s function, with its parameters as `$1`, `$2`, …
+    pub fn statement(&self, statement: Statement) -> String {
+        let p = &self.table_prefix;
+        match statement {
+            Statement::Acquire => format!("SELECT {p}acquire_v1($1, $2, $3, $4, $5, $6, $7)"),
+            Statement::Release => format!("SELECT {p}release_v1($1, $2, $3, $4)"),
+            Statement::Dequeue => format!("SELECT {p}dequeue_v1($1, $2)"),
+            Statement::Extend => format!("SELECT {p}extend_v1($1, $2, $3)"),
+            Statement::Status => format!("SELECT {p}status_v1($1)"),
+        }
+    }
+
+    /// The function a client checks for when it connects: present, the schema is in place
+    /// and the client need not (and may not be allowed to) run DDL.
+    pub fn probe_function(&self) -> String {
+        format!("{}release_v1", self.table_prefix)
+    }
+
+    /// The [`SqlOp`] that runs the lock script `script` on the locks `names` (the script's
+    /// keys: one lock, or one per renewed lock for EXTEND) with the script's arguments.
+    pub(crate) fn call(&self, script: Script, names: &[&str], args: &[String]) -> SqlOp {
+        let text = |s: &str| Param::Text(s.to_owned());
+        let int = |s: &str| Param::Int(s.parse().expect("the scripts' numbers are integers"));
+        let arg = |i: usize| args.get(i).map_or("", String::as_str);
+        let (statement, params) = match script {
+            // name, token, lease, count, mode, waiter lease, 'barge' or ''
+            Script::Acquire => (
+                Statement::Acquire,
+                vec![
+                    text(names[0]),
+                    text(arg(0)),
+                    int(arg(1)),
+                    int(arg(2)),
+                    text(arg(3)),
+                    int(arg(4)),
+                    text(arg(5)),
+                ],
+            ),
+            // name, token, count, 'free' or ''
+            Script::Release => (
+                Statement::Release,
+                vec![text(names[0]), text(arg(0)), int(arg(1)), text(arg(2))],
+            ),
+            Script::Dequeue => (Statement::Dequeue, vec![text(names[0]), text(arg(0))]),
+            // names, tokens, leases
+            Script::Extend => (
+                Statement::Extend,
+                vec![
+                    Param::TextList(names.iter().map(|n| n.to_string()).collect()),
+                    Param::TextList(args.iter().step_by(2).cloned().collect()),
+                    Param::IntList(
+                        args.iter()
+                            .skip(1)
+                            .step_by(2)
+                            .map(|lease| int(lease).int())
+                            .collect(),
+                    ),
+                ],
+            ),
+            Script::Status => (Statement::Status, vec![text(names[0])]),
+            other => unreachable!("the SQL backend runs no {}", other.name()),
+        };
+        SqlOp::Query {
+            statement,
+            sql: self.statement(statement),
+            params,
+        }
+    }
+
+    /// STATUS of lock `name`; read its reply with [`parse_status`].
+    pub fn status(&self, name: &str) -> SqlOp {
+        self.call(Script::Status, &[name], &[])
+    }
+}
+
+/// The SQL backend carries the lock scripts as calls of the database's functions.
+impl Wire for SqlSettings {
+    const NAME: &'static str = "SQL";
+    const WIRE: &'static str = "SQL";
+    /// Semaphores and read-write locks are not written in SQL yet.
+    const OFFERS: &'static [Primitive] = &[Primitive::Lock];
+
+    fn op(&self, op: RedisOp, names: &[&str]) -> Op {
+        Op::Sql(match op {
+            RedisOp::Eval { script, args, .. } => self.call(script, names, &args),
+            RedisOp::Subscribe { channel } => SqlOp::Listen { channel },
+        })
+    }
+
+    fn reply(response: Response) -> Result<Value, Response> {
+        match response {
+            Response::Sql(values) => Ok(as_redis(values)),
+            other => Err(other),
+        }
+    }
+
+    fn refuse(&self, a: &Acquire) -> Result<(), Error> {
+        check_name(self.dialect, &a.name)
+    }
+}
+
+/// A table prefix is a plain SQL identifier that needs no quoting: 1 to
+/// [`MAX_TABLE_PREFIX_LEN`] of `a`–`z`, `0`–`9` and `_`, not starting with a digit.
+pub fn check_table_prefix(prefix: &str) -> Result<(), Error> {
+    let plain = prefix
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    let starts_well = prefix.bytes().next().is_some_and(|b| !b.is_ascii_digit());
+    if plain && starts_well && prefix.len() <= MAX_TABLE_PREFIX_LEN {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig(format!(
+            "table prefix {prefix:?}: use 1 to {MAX_TABLE_PREFIX_LEN} of a-z, 0-9 and _, not starting with a digit"
+        )))
+    }
+}
+
+/// The lock functions, each called by one statement ([`SqlSettings::statement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Statement {
+    Acquire,
+    Release,
+    Dequeue,
+    Extend,
+    Status,
+}
+
+impl Statement {
+    pub const ALL: [Statement; 5] = [
+        Statement::Acquire,
+        Statement::Release,
+        Statement::Dequeue,
+        Statement::Extend,
+        Statement::Status,
+    ];
+
+    /// The statement's name in docs and logs (the Lua script's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Statement::Acquire => "acquire",
+            Statement::Release => "release",
+            Statement::Dequeue => "dequeue",
+            Statement::Extend => "extend",
+            Statement::Status => "status",
+        }
+    }
+
+    /// The parameters' types, in order.
+    pub fn params(self) -> &'static [ParamType] {
+        use ParamType::*;
+        match self {
+            Statement::Acquire => &[Text, Text, Int, Int, Text, Int, Text],
+            Statement::Release => &[Text, Text, Int, Text],
+            Statement::Dequeue => &[Text, Text],
+            Statement::Extend => &[TextList, TextList, IntList],
+            Statement::Status => &[Text],
+        }
+    }
+}
+
+/// A statement's parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// `text`.
+    Text(String),
+    /// `bigint`.
+    Int(i64),
+    /// `text[]`.
+    TextList(Vec<String>),
+    /// `bigint[]`.
+    IntList(Vec<i64>),
+}
+
+impl Param {
+    fn int(self) -> i64 {
+        match self {
+            Param::Int(n) => n,
+            other => unreachable!("{other:?} is not an integer"),
+        }
+    }
+
+    /// The parameter's type.
+    pub fn kind(&self) -> ParamType {
+        match self {
+            Param::Text(_) => ParamType::Text,
+            Param::Int(_) => ParamType::Int,
+            Param::TextList(_) => ParamType::TextList,
+            Param::IntList(_) => ParamType::IntList,
+        }
+    }
+}
+
+/// A parameter's type: what a transport declares when it sends the statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    Text,
+    Int,
+    TextList,
+    IntList,
+}
+
+/// A backend operation on a SQL database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqlOp {
+    /// Run `sql` (the text of `statement`, for this engine's prefix) with `params`, in its own
+    /// autocommitted statement; reply with the single value it selects, as a list
+    /// ([`crate::Response::Sql`]). A serialization failure or deadlock (SQLSTATE 40001,
+    /// 40P01) had no effect: run it again.
+    Query {
+        statement: Statement,
+        sql: String,
+        params: Vec<Param>,
+    },
+    /// `LISTEN "<channel>"` on the transport's notification connection; notifications come
+    /// back as [`Notice::Message`](crate::Notice::Message). Reply with an empty list once
+    /// listening.
+    Listen { channel: String },
+}
+
+/// One element of a statement's reply (its value is an array: `bigint[]` or `text[]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqlValue {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+/// A reply as the Lua script of the same name would give it: the machine reads both alike.
+pub(crate) fn as_redis(values: Vec<SqlValue>) -> Value {
+    Value::Array(
+        values
+            .into_iter()
+            .map(|v| match v {
+                SqlValue::Null => Value::Nil,
+                SqlValue::Int(n) => Value::Int(n),
+                SqlValue::Text(s) => Value::Data(s.into_bytes()),
+            })
+            .collect(),
+    )
+}
+
+/// Reads a STATUS reply: the Lua script's, as text (owner, count, fence, pttl, latest,
+/// waiters…), read as [`crate::redis::parse_status`] reads that script's.
+pub fn parse_status(values: &[SqlValue]) -> Result<LockStatus, Error> {
+    let mut values = values.to_vec();
+    for value in values.iter_mut().skip(1).take(4) {
+        if let SqlValue::Text(s) = value {
+            let n = s
+                .parse()
+                .map_err(|_| Error::MalformedReply(format!("status replied {s:?} for a number")))?;
+            *value = SqlValue::Int(n);
+        }
+    }
+    crate::redis::parse_status(&as_redis(values))
+}
+
+/// Names the database cannot store: PostgreSQL's `text` holds no NUL character.
+pub(crate) fn check_name(dialect: Dialect, name: &str) -> Result<(), Error> {
+    match dialect {
+        Dialect::Postgres if name.contains('\0') => Err(Error::InvalidArgument(
+            "a lock name on PostgreSQL cannot contain a NUL character".into(),
+        )),
+        Dialect::Postgres => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_is_prefixed_and_every_statement_calls_a_function_it_creates() {
+        let settings = SqlSettings {
+            table_prefix: "app_locks_".into(),
+            ..SqlSettings::new(Dialect::Postgres)
+        };
+        let schema = settings.schema().join("\n");
+        assert!(!schema.contains("dlock_"), "{schema}");
+        for statement in Statement::ALL {
+            let sql = settings.statement(statement);
+            let function = sql
+                .strip_prefix("SELECT ")
+                .and_then(|s| s.split_once('('))
+                .map(|(f, _)| f)
+                .unwrap();
+            assert!(
+                schema.contains(&format!("FUNCTION {function}(")),
+                "{function}"
+            );
+            assert_eq!(
+                sql.matches('$').count(),
+                statement.params().len(),
+                "{statement:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn table_prefixes_are_plain_identifiers() {
+        for good in ["dlock_", "a", "app_2_"] {
+            assert!(check_table_prefix(good).is_ok(), "{good}");
+        }
+        for bad in ["", "2x", "App", "a-b", "a;drop", "x\"", &"a".repeat(41)] {
+            assert!(check_table_prefix(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn calls_carry_the_scripts_arguments_typed() {
+        let settings = SqlSettings::new(Dialect::Postgres);
+        let args: Vec<String> = ["tok", "1000", "1", "wait", "3000"]
+            .map(String::from)
+            .to_vec();
+        let SqlOp::Query {
+            statement, params, ..
+        } = settings.call(Script::Acquire, &["n"], &args)
+        else {
+            panic!()
+        };
+        assert_eq!(statement, Statement::Acquire);
+        let kinds: Vec<ParamType> = params.iter().map(Param::kind).collect();
+        assert_eq!(kinds, Statement::Acquire.params());
+        assert_eq!(params[6], Param::Text(String::new()));
+        let args: Vec<String> = ["a", "10", "b", "20"].map(String::from).to_vec();
+        let SqlOp::Query { params, .. } = settings.call(Script::Extend, &["x", "y"], &args) else {
+            panic!()
+        };
+        assert_eq!(
+            params,
+            vec![
+                Param::TextList(vec!["x".into(), "y".into()]),
+                Param::TextList(vec!["a".into(), "b".into()]),
+                Param::IntList(vec![10, 20]),
+            ]
+        );
+    }
+}
