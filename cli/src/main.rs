@@ -90,6 +90,15 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the SQL backend's tables and functions (the DDL a client runs when it finds them
+    /// missing), for teams that apply schema changes through their own migrations.
+    Schema {
+        /// The database: postgres (or postgresql).
+        dialect: String,
+        /// Prefix of every table, sequence and function name (as `?table_prefix=` in the URL).
+        #[arg(long, default_value = "dlock_")]
+        table_prefix: String,
+    },
     /// Watch workers contend for one lock, each doing fenced read-modify-writes on a shared
     /// counter; ends with a summary (acquisitions per worker, hand-off latency, checks).
     Demo {
@@ -182,6 +191,13 @@ async fn main() -> ExitCode {
             workers,
             seconds,
         } => demo::run(&backend, workers, seconds).await,
+        Cmd::Schema {
+            dialect,
+            table_prefix,
+        } => dlock::sql_schema(&dialect, &table_prefix).map(|ddl| {
+            print!("{ddl}");
+            0
+        }),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_core::redis::LockKeys;
-use dlock_testkit::{RedisServer, ZkEnsemble};
+use dlock_testkit::{PostgresServer, RedisServer, ZkEnsemble};
 
 fn dlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
@@ -701,4 +701,65 @@ fn no_password_in_any_output_and_help_lists_every_backend() {
             printed(&out)
         );
     }
+}
+
+/// On PostgreSQL: three `dlock run` processes never overlap and see growing tokens; a held
+/// lock with `--wait 0` does not run the command; `dlock status` reads the row.
+#[test]
+fn three_processes_never_overlap_on_postgres_and_wait_0_does_not_run() {
+    let pg = PostgresServer::start();
+    let url = pg.url();
+    three_processes_never_overlap(&url, pg.dir());
+    let mut holder = run(&url, &[], &["sleep", "60"]).spawn().unwrap();
+    wait_until("the lock is held", || {
+        status_json(&url).contains("\"count\":1")
+    });
+    let marker = pg.dir().join("ran");
+    let out = run(&url, &["--wait", "0"], &["touch", &marker.display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(!marker.exists(), "the command ran without the lock");
+    let json = status_json(&url);
+    let token = fencing_token(&json);
+    assert_eq!(
+        pg.psql("SELECT fence FROM dlock_lock WHERE name = 'job'"),
+        token.to_string()
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(holder.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    holder.wait().unwrap();
+    assert!(status_json(&url).contains("\"owner\":null"), "released on SIGTERM");
+}
+
+/// `dlock schema postgres` prints DDL that a migration tool applies as it is; a client then
+/// finds the schema in place and needs no right to create anything.
+#[test]
+fn the_printed_schema_is_what_a_client_uses() {
+    let pg = PostgresServer::start();
+    let out = dlock()
+        .args(["schema", "postgres", "--table-prefix", "app_"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ddl = String::from_utf8(out.stdout).unwrap();
+    pg.psql(&ddl);
+    pg.psql(
+        "CREATE ROLE locker LOGIN; GRANT SELECT, INSERT, UPDATE, DELETE ON app_lock, app_waiter TO locker; GRANT USAGE ON SEQUENCE app_fence TO locker; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    );
+    let url = format!(
+        "postgres://locker@127.0.0.1:{}/postgres?table_prefix=app_",
+        pg.port()
+    );
+    let out = run(&url, &["--wait", "10s"], &["true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM app_lock WHERE name = 'job' AND owner IS NULL"),
+        "1"
+    );
+    let out = dlock().args(["schema", "oracle"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
 }

@@ -77,7 +77,7 @@ impl PostgresServer {
         }
         panic!(
             "PostgreSQL did not start; see {}",
-            server.dir.join("log").display()
+            server.dir.join("postgres.log").display()
         );
     }
 
@@ -108,7 +108,7 @@ impl PostgresServer {
             self.port,
             self.dir.display()
         );
-        let log = self.dir.join("log").display().to_string();
+        let log = self.dir.join("postgres.log").display().to_string();
         let data = self.data();
         self.running = self.run(
             "pg_ctl",
@@ -173,7 +173,7 @@ impl PostgresServer {
         assert!(
             self.try_start(),
             "PostgreSQL did not restart; see {}",
-            self.dir.join("log").display()
+            self.dir.join("postgres.log").display()
         );
     }
 }

@@ -44,3 +44,30 @@ pub use machine::{Machine, MachineError, MachineFactory};
 pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};
 pub use transport::{BACKENDS, Scheme};
+
+/// The SQL backend's tables and functions for `dialect` (`postgres` or `postgresql`) under
+/// `table_prefix` (e.g. `dlock_`), as one script: what a client creates when it connects and
+/// finds them missing, for teams that run their migrations themselves (`dlock schema`).
+pub fn sql_schema(dialect: &str, table_prefix: &str) -> Result<String, Error> {
+    use dlock_core::sql::{Dialect, SqlSettings};
+    let dialect = Dialect::parse(dialect).ok_or_else(|| {
+        let names: Vec<&str> = Dialect::ALL.iter().map(|d| d.name()).collect();
+        Error::InvalidArgument(format!(
+            "unknown SQL dialect {dialect:?} (use {})",
+            names.join(", ")
+        ))
+    })?;
+    let settings = SqlSettings {
+        table_prefix: table_prefix.to_owned(),
+        ..SqlSettings::new(dialect)
+    };
+    settings
+        .check()
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let statements: Vec<String> = settings
+        .schema()
+        .iter()
+        .map(|s| format!("{};\n", s.trim()))
+        .collect();
+    Ok(statements.join("\n"))
+}
