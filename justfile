@@ -25,7 +25,7 @@ test: setup
     cargo clippy -p dlock-component --target wasm32-unknown-unknown -- -D warnings
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
     cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation
-    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock
+    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql
     just python-test
     just node-test
     just interop

@@ -93,7 +93,7 @@ enum Cmd {
     /// Print the SQL backend's tables and functions (the DDL a client runs when it finds them
     /// missing), for teams that apply schema changes through their own migrations.
     Schema {
-        /// The database: postgres (or postgresql).
+        /// The database: postgres (or postgresql), mysql (or mariadb).
         dialect: String,
         /// Prefix of every table, sequence and function name (as `?table_prefix=` in the URL).
         #[arg(long, default_value = "dlock_")]

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use dlock_core::redis::LockKeys;
-use dlock_testkit::{PostgresServer, RedisServer, ZkEnsemble};
+use dlock_testkit::{MariadbServer, PostgresServer, RedisServer, ZkEnsemble};
 
 fn dlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlock"));
@@ -703,27 +703,23 @@ fn no_password_in_any_output_and_help_lists_every_backend() {
     }
 }
 
-/// On PostgreSQL: three `dlock run` processes never overlap and see growing tokens; a held
-/// lock with `--wait 0` does not run the command; `dlock status` reads the row.
-#[test]
-fn three_processes_never_overlap_on_postgres_and_wait_0_does_not_run() {
-    let pg = PostgresServer::start();
-    let url = pg.url();
-    three_processes_never_overlap(&url, pg.dir());
-    let mut holder = run(&url, &[], &["sleep", "60"]).spawn().unwrap();
+/// Three `dlock run` processes never overlap and see growing tokens; a held lock with
+/// `--wait 0` does not run the command; `dlock status` reads the row (`query` runs SQL).
+fn sql_run_and_status(url: &str, dir: &Path, query: impl Fn(&str) -> String) {
+    three_processes_never_overlap(url, dir);
+    let mut holder = run(url, &[], &["sleep", "60"]).spawn().unwrap();
     wait_until("the lock is held", || {
-        status_json(&url).contains("\"count\":1")
+        status_json(url).contains("\"count\":1")
     });
-    let marker = pg.dir().join("ran");
-    let out = run(&url, &["--wait", "0"], &["touch", &marker.display().to_string()])
+    let marker = dir.join("ran");
+    let out = run(url, &["--wait", "0"], &["touch", &marker.display().to_string()])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(75), "{out:?}");
     assert!(!marker.exists(), "the command ran without the lock");
-    let json = status_json(&url);
-    let token = fencing_token(&json);
+    let token = fencing_token(&status_json(url));
     assert_eq!(
-        pg.psql("SELECT fence FROM dlock_lock WHERE name = 'job'"),
+        query("SELECT fence FROM dlock_lock WHERE name = 'job'"),
         token.to_string()
     );
     nix::sys::signal::kill(
@@ -732,7 +728,22 @@ fn three_processes_never_overlap_on_postgres_and_wait_0_does_not_run() {
     )
     .unwrap();
     holder.wait().unwrap();
-    assert!(status_json(&url).contains("\"owner\":null"), "released on SIGTERM");
+    assert!(
+        status_json(url).contains("\"owner\":null"),
+        "released on SIGTERM"
+    );
+}
+
+#[test]
+fn three_processes_never_overlap_on_postgres_and_wait_0_does_not_run() {
+    let pg = PostgresServer::start();
+    sql_run_and_status(&pg.url(), pg.dir(), |sql| pg.psql(sql));
+}
+
+#[test]
+fn three_processes_never_overlap_on_mariadb_and_wait_0_does_not_run() {
+    let db = MariadbServer::start();
+    sql_run_and_status(&db.url(), db.dir(), |sql| db.sql(sql));
 }
 
 /// `dlock schema postgres` prints DDL that a migration tool applies as it is; a client then
@@ -762,4 +773,38 @@ fn the_printed_schema_is_what_a_client_uses() {
     );
     let out = dlock().args(["schema", "oracle"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
+
+/// `dlock schema mysql` is a script the mariadb client runs as it is (`DELIMITER`); a user with
+/// only the rights to use the tables and run the procedures then locks.
+#[test]
+fn the_printed_mysql_schema_is_what_a_client_uses() {
+    let db = MariadbServer::start();
+    let out = dlock()
+        .args(["schema", "mariadb", "--table-prefix", "app_"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut client = Command::new("mariadb")
+        .args(["--no-defaults", "-h", "127.0.0.1", "-u", "root", "dlock"])
+        .arg(format!("-P{}", db.port()))
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    client.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    assert!(client.wait().unwrap().success());
+    db.sql(
+        "CREATE USER locker@'%'; GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON dlock.* TO locker@'%'",
+    );
+    let url = format!(
+        "mysql://locker@127.0.0.1:{}/dlock?table_prefix=app_",
+        db.port()
+    );
+    let out = run(&url, &["--wait", "10s"], &["true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        db.sql("SELECT count(*) FROM app_lock WHERE name = 'job' AND owner IS NULL"),
+        "1"
+    );
 }

@@ -104,6 +104,10 @@ impl Engine {
             Protocol::Redis => Inner::Redis(Redis::machine(&config, Lua, now)?),
             Protocol::Sql(settings) => {
                 settings.check()?;
+                let config = Config {
+                    max_batch: settings.max_batch(config.max_batch),
+                    ..config.clone()
+                };
                 Inner::Sql(Redis::machine(&config, settings.clone(), now)?)
             }
             Protocol::ZooKeeper(settings) => Inner::Zk(Zk::machine(&config, settings, now)?),

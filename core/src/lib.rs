@@ -79,6 +79,7 @@ mod config;
 mod engine;
 mod error;
 mod ids;
+mod jitter;
 mod lock;
 pub mod multi;
 mod owner;

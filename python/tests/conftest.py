@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import pytest
 
@@ -232,6 +232,10 @@ class PostgresServer:
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -240,5 +244,61 @@ class PostgresServer:
 @pytest.fixture
 def postgres() -> Iterator[PostgresServer]:
     server = PostgresServer()
+    yield server
+    server.stop()
+
+
+class MariadbServer:
+    """A MariaDB server of the test's own: mariadb-install-db and mariadbd from Debian's
+    package, a temporary directory, a free loopback port, a database `dlock`; killed by pid."""
+
+    def __init__(self, directory: Path) -> None:
+        assert shutil.which("mariadbd"), "mariadb-server is not installed (scripts/setup installs it)"
+        self.directory = directory
+        data = directory / "data"
+        subprocess.run(
+            ["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+             "--auth-root-authentication-method=normal", "--skip-test-db", "--innodb-log-file-size=4M"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={directory / 'mariadb.sock'}",
+             f"--pid-file={directory / 'mariadb.pid'}", f"--log-error={directory / 'mariadb.log'}",
+             f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root", "--skip-name-resolve",
+             "--innodb-log-file-size=4M"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.sql("CREATE DATABASE IF NOT EXISTS dlock", check=False) is not None:
+                return
+            assert self.process.poll() is None, "mariadbd exited"
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("MariaDB did not start")
+
+    def sql(self, sql: str, check: bool = True) -> Optional[str]:
+        done = subprocess.run(
+            ["mariadb", "--no-defaults", "-h", "127.0.0.1", f"-P{self.port}", "-u", "root", "-N", "-B", "-e", sql],
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            assert not check, done.stderr
+            return None
+        return done.stdout.strip()
+
+    @property
+    def url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/dlock"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def mariadb(tmp_path: Path) -> Iterator[MariadbServer]:
+    server = MariadbServer(tmp_path)
     yield server
     server.stop()

@@ -9,11 +9,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod cluster;
+mod mariadb;
 mod postgres;
 mod proxy;
 mod zookeeper;
 
 pub use cluster::RedisCluster;
+pub use mariadb::MariadbServer;
 pub use postgres::PostgresServer;
 pub use proxy::TcpProxy;
 pub use zookeeper::{ZkEnsemble, four_letter};

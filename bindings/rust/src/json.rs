@@ -247,12 +247,16 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
             "sql" => {
                 let dialect = p.get("dialect");
                 let Some(d) = Dialect::parse(dialect.str()?) else {
-                    return dialect.fail("expected postgres");
+                    return dialect.fail("expected postgres or mysql");
                 };
                 let mut sql = SqlSettings::new(d);
                 let prefix = p.get("table_prefix");
                 if !prefix.is_absent() {
                     prefix.str()?.clone_into(&mut sql.table_prefix);
+                }
+                let poll = p.get("poll_interval_ms");
+                if !poll.is_absent() {
+                    sql.poll_interval = poll.ms()?;
                 }
                 Protocol::Sql(sql)
             }
@@ -275,6 +279,7 @@ pub fn config_to_json(config: &Config) -> Json {
             "type": "sql",
             "dialect": sql.dialect.name(),
             "table_prefix": sql.table_prefix,
+            "poll_interval_ms": ms(sql.poll_interval),
         }),
     };
     json!({

@@ -45,7 +45,7 @@ pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};
 pub use transport::{BACKENDS, Scheme};
 
-/// The SQL backend's tables and functions for `dialect` (`postgres` or `postgresql`) under
+/// The SQL backend's tables and functions for `dialect` (`postgres`, `mysql`) under
 /// `table_prefix` (e.g. `dlock_`), as one script: what a client creates when it connects and
 /// finds them missing, for teams that run their migrations themselves (`dlock schema`).
 pub fn sql_schema(dialect: &str, table_prefix: &str) -> Result<String, Error> {
@@ -64,10 +64,16 @@ pub fn sql_schema(dialect: &str, table_prefix: &str) -> Result<String, Error> {
     settings
         .check()
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    // MySQL's procedures hold `;` inside: the script ends statements with `//` instead, as
+    // the mysql and mariadb clients (and Flyway) read `DELIMITER`.
+    let (head, end, tail) = match dialect {
+        Dialect::Postgres => ("", ";", ""),
+        Dialect::Mysql => ("DELIMITER //\n\n", "\n//", "\nDELIMITER ;\n"),
+    };
     let statements: Vec<String> = settings
         .schema()
         .iter()
-        .map(|s| format!("{};\n", s.trim()))
+        .map(|s| format!("{}{end}\n", s.trim()))
         .collect();
-    Ok(statements.join("\n"))
+    Ok(format!("{head}{}{tail}", statements.join("\n")))
 }

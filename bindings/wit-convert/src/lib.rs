@@ -181,7 +181,7 @@ macro_rules! conversions {
                 PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
             });
             $crate::__units!(CoreStatement => Statement { Acquire, Release, Dequeue, Extend, Status });
-            $crate::__units!(CoreDialect => Dialect { Postgres });
+            $crate::__units!(CoreDialect => Dialect { Postgres, Mysql });
             $crate::__units!(CoreLostReason => LostReason {
                 Expired, NotOwner, MaxHold, Closed, Disconnected, SessionExpired,
             });
@@ -199,8 +199,9 @@ macro_rules! conversions {
                 [s] (core_::Protocol::Sql(s)) <=> (Protocol::Sql(s)),
             });
             $crate::__table!(core_::sql::SqlSettings => SqlSettings {
-                [dialect, table_prefix] (core_::sql::SqlSettings { dialect, table_prefix })
-                <=> (SqlSettings { dialect, table_prefix }),
+                [dialect, table_prefix, poll_interval]
+                (core_::sql::SqlSettings { dialect, table_prefix, poll_interval })
+                <=> (SqlSettings { dialect, table_prefix, poll_interval }),
             });
             $crate::__table!(core_::ZkSettings => ZkSettings {
                 [root, session_timeout] (core_::ZkSettings { root, session_timeout })

@@ -20,6 +20,7 @@ use crate::base::{InFlight, check_lease, retry_delay};
 use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ClientId;
+use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure, Tenures};
 use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::{owner_token, token_seq};
@@ -52,6 +53,17 @@ pub(crate) trait Wire: fmt::Debug + Sized {
     /// Refuses what the server cannot store (after the lifecycle's checks).
     fn refuse(&self, _a: &Acquire) -> Result<(), Error> {
         Ok(())
+    }
+
+    /// The server pushes wake-ups (pub/sub, `NOTIFY`): the machine subscribes to its channel.
+    fn pushes(&self) -> bool {
+        true
+    }
+
+    /// With no wake-ups pushed, how often a queued waiter looks again (jittered between half
+    /// of it and all of it): a hand-off or a freed lock is found that late at most.
+    fn poll(&self) -> Option<Duration> {
+        None
     }
 }
 
@@ -285,6 +297,8 @@ pub(crate) enum RedisTimer {
 #[derive(Debug)]
 pub(crate) struct Redis<W: Wire = Lua> {
     wire: W,
+    /// Jitter of a polling waiter's looks ([`Wire::poll`]).
+    jitter: Jitter,
     client_id: ClientId,
     waiter_lease: Duration,
     /// Added to every lease the server is asked to keep (not to the holder's validity).
@@ -304,6 +318,7 @@ impl<W: Wire> Redis<W> {
             check_lease(config.lock_delay)?;
         }
         let redis = Redis {
+            jitter: Jitter::new(config.client_id),
             wire,
             client_id: config.client_id,
             waiter_lease: config.waiter_lease,
@@ -320,6 +335,9 @@ impl<W: Wire> Redis<W> {
     }
 
     fn subscribe(&mut self, life: &mut Life<W>) {
+        if !self.wire.pushes() {
+            return;
+        }
         let channel = self.channel.clone();
         self.send(
             life,
@@ -436,7 +454,11 @@ impl<W: Wire> Redis<W> {
                 // nobody, so the queue head must come and take the lock itself.
                 let keep_place = sent + self.waiter_lease(lease) / 3;
                 let lapse = expires.map(|pttl| now + pttl + Duration::from_millis(1));
-                let at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
+                let mut at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
+                // Without wake-ups, look again soon: a hand-off is found at the next look.
+                if let Some(poll) = self.wire.poll() {
+                    at = at.min(now + self.jitter.between(poll / 2, poll));
+                }
                 life.set_timer(RedisTimer::Refresh(seq), at);
                 if woken {
                     self.take_hand_off(life, seq);

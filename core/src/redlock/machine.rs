@@ -10,6 +10,7 @@ use crate::base::{InFlight, check_lease};
 use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ClientId;
+use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::owner_token;
@@ -131,9 +132,8 @@ pub(crate) struct Redlock {
     client_id: ClientId,
     nodes: u32,
     lock_delay: Duration,
-    /// splitmix64 state for back-off jitter, seeded from the client id (randomness comes
-    /// from the host, through the id).
-    rng: u64,
+    /// Back-off jitter (randomness comes from the host, through the client id).
+    jitter: Jitter,
     next_round: u64,
     rounds: BTreeMap<u64, Round>,
 }
@@ -155,12 +155,11 @@ impl Redlock {
                 "Redlock needs 1 to {MAX_NODES} nodes, not {nodes}"
             )));
         }
-        let id = config.client_id.0;
         let redlock = Redlock {
             client_id: config.client_id,
             nodes,
             lock_delay: config.lock_delay,
-            rng: (id as u64) ^ ((id >> 64) as u64),
+            jitter: Jitter::new(config.client_id),
             next_round: 1,
             rounds: BTreeMap::new(),
         };
@@ -408,16 +407,7 @@ impl Redlock {
         let ceiling = BACKOFF_MIN
             .saturating_mul(1 << tries.saturating_sub(1).min(16))
             .min(BACKOFF_MAX);
-        let ceiling = ceiling.as_micros() as u64;
-        Duration::from_micros(1_000 + self.random() % (ceiling - 1_000 + 1))
-    }
-
-    fn random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.jitter.between(Duration::from_millis(1), ceiling)
     }
 
     // --- rounds: renew, extend, release ---

@@ -1,5 +1,5 @@
 //! The SQL protocol, v1: tables, functions and the statements that call them, for PostgreSQL
-//! (and, under the same statements' names, MySQL/MariaDB once their procedures land).
+//! and for MySQL/MariaDB.
 //!
 //! The SQL backend runs the queue protocol of one Redis (§5) with the database as the server:
 //! each Lua script of a lock ([`Script::Acquire`], [`Script::Release`], [`Script::Dequeue`],
@@ -7,12 +7,16 @@
 //! which takes the lock's name where the script takes its keys, the same arguments, and
 //! replies the same integers. So the engine's lock machine is the Redis one
 //! (`redis::machine`), carried by [`SqlOp`]s instead of `EVALSHA`, and woken by `NOTIFY`
-//! instead of `PUBLISH`. `docs/PROTOCOL.md` §18 gives the tables and the argument.
+//! instead of `PUBLISH` on PostgreSQL; MySQL has no push channel, and its waiters look again
+//! every [`SqlSettings::poll_interval`] (jittered). `docs/PROTOCOL.md` §18 gives the tables
+//! and the argument.
 //!
-//! Every statement is one autocommitted `SELECT` of one function: one round trip, atomic, at
-//! the server's isolation level (a serialization failure or deadlock is retried by the
-//! transport: the statement had no effect), relying on no session state but the wake-up
-//! channel's `LISTEN`. Transports run [`SqlOp`]s verbatim.
+//! Every statement is one call of one function or procedure: one round trip, atomic (one
+//! autocommitted `SELECT`, or a procedure's own short transaction), relying on no session
+//! state but the wake-up channel's `LISTEN`. A serialization failure or deadlock is retried
+//! by the transport: the statement had no effect. Transports run [`SqlOp`]s verbatim.
+
+use core::time::Duration;
 
 use crate::error::Error;
 use crate::redis::machine::Wire;
@@ -36,27 +40,36 @@ pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 /// Which database speaks the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dialect {
-    /// PostgreSQL 12 or later.
+    /// PostgreSQL 12 or later: functions, `NOTIFY` wake-ups.
     Postgres,
+    /// MariaDB 10.6 or later, MySQL 8: procedures, waiters that look again.
+    Mysql,
 }
 
 impl Dialect {
     /// Every dialect, in the order the docs list them.
-    pub const ALL: [Dialect; 1] = [Dialect::Postgres];
+    pub const ALL: [Dialect; 2] = [Dialect::Postgres, Dialect::Mysql];
 
-    /// The dialect's name in URLs, the CLI and errors: `postgres`.
+    /// The dialect's name in URLs, the CLI and errors: `postgres`, `mysql`.
     pub fn name(self) -> &'static str {
         match self {
             Dialect::Postgres => "postgres",
+            Dialect::Mysql => "mysql",
         }
     }
 
-    /// The dialect named `name` (`postgres` or `postgresql`).
+    /// The dialect named `name` (`postgres` or `postgresql`; `mysql` or `mariadb`).
     pub fn parse(name: &str) -> Option<Dialect> {
         match name {
             "postgres" | "postgresql" => Some(Dialect::Postgres),
+            "mysql" | "mariadb" => Some(Dialect::Mysql),
             _ => None,
         }
+    }
+
+    /// Whether the database pushes wake-ups (`NOTIFY`); otherwise waiters look again.
+    pub fn pushes(self) -> bool {
+        self == Dialect::Postgres
     }
 }
 
@@ -64,9 +77,14 @@ impl fmt::Display for Dialect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Dialect::Postgres => "PostgreSQL",
+            Dialect::Mysql => "MySQL/MariaDB",
         })
     }
 }
+
+/// How often a waiter on MySQL/MariaDB looks again unless configured otherwise (each look is
+/// jittered between half of it and all of it).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// SQL settings of an engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +92,10 @@ pub struct SqlSettings {
     pub dialect: Dialect,
     /// Prefix of every table, sequence and function name ([`check_table_prefix`]).
     pub table_prefix: String,
+    /// MySQL/MariaDB: a queued waiter looks again after a time between half of this and all
+    /// of it, to find a hand-off or a free lock (nothing pushes wake-ups). Unused on
+    /// PostgreSQL. 1 ms to 10 s.
+    pub poll_interval: Duration,
 }
 
 impl SqlSettings {
@@ -81,12 +103,30 @@ impl SqlSettings {
         Self {
             dialect,
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
         }
     }
 
-    /// Checks the settings: the table prefix must be a plain SQL identifier.
+    /// Checks the settings: the table prefix must be a plain SQL identifier, the poll
+    /// interval 1 ms to 10 s.
     pub fn check(&self) -> Result<(), Error> {
-        check_table_prefix(&self.table_prefix)
+        check_table_prefix(&self.table_prefix)?;
+        let poll = self.poll_interval;
+        if poll < Duration::from_millis(1) || poll > Duration::from_secs(10) {
+            return Err(Error::InvalidConfig(format!(
+                "poll interval {poll:?}: use 1 ms to 10 s"
+            )));
+        }
+        Ok(())
+    }
+
+    /// At most this many holds per renewal: PostgreSQL renews a batch with arrays; a MySQL
+    /// procedure takes no arrays, so each hold is renewed on its own.
+    pub(crate) fn max_batch(&self, configured: usize) -> usize {
+        match self.dialect {
+            Dialect::Postgres => configured,
+            Dialect::Mysql => 1,
+        }
     }
 
     /// The DDL that creates the tables and functions if missing, one statement each, in
@@ -94,6 +134,7 @@ impl SqlSettings {
     pub fn schema(&self) -> Vec<String> {
         let source = match self.dialect {
             Dialect::Postgres => include_str!("postgres.sql"),
+            Dialect::Mysql => include_str!("mysql.sql"),
         };
         source
             .split("\n--;\n")
@@ -101,22 +142,39 @@ impl SqlSettings {
             .collect()
     }
 
-    /// The statement that calls `statement`'s function, with its parameters as `$1`, `$2`, …
+    /// The statement that calls `statement`'s function: `SELECT f($1, $2, …)` on PostgreSQL,
+    /// `CALL f(?, ?, …)` on MySQL.
     pub fn statement(&self, statement: Statement) -> String {
         let p = &self.table_prefix;
-        match statement {
-            Statement::Acquire => format!("SELECT {p}acquire_v1($1, $2, $3, $4, $5, $6, $7)"),
-            Statement::Release => format!("SELECT {p}release_v1($1, $2, $3, $4)"),
-            Statement::Dequeue => format!("SELECT {p}dequeue_v1($1, $2)"),
-            Statement::Extend => format!("SELECT {p}extend_v1($1, $2, $3)"),
-            Statement::Status => format!("SELECT {p}status_v1($1)"),
+        let function = format!("{p}{}_v1", statement.name());
+        let count = self.params(statement).len();
+        match self.dialect {
+            Dialect::Postgres => {
+                let params: Vec<String> = (1..=count).map(|i| format!("${i}")).collect();
+                format!("SELECT {function}({})", params.join(", "))
+            }
+            Dialect::Mysql => format!("CALL {function}({})", vec!["?"; count].join(", ")),
         }
     }
 
-    /// The function a client checks for when it connects: present, the schema is in place
-    /// and the client need not (and may not be allowed to) run DDL.
+    /// The parameters' types of `statement`, in order.
+    pub fn params(&self, statement: Statement) -> &'static [ParamType] {
+        use ParamType::*;
+        match (statement, self.dialect) {
+            (Statement::Acquire, _) => &[Text, Text, Int, Int, Text, Int, Text],
+            (Statement::Release, _) => &[Text, Text, Int, Text],
+            (Statement::Dequeue, _) => &[Text, Text],
+            (Statement::Extend, Dialect::Postgres) => &[TextList, TextList, IntList],
+            (Statement::Extend, Dialect::Mysql) => &[Text, Text, Int],
+            (Statement::Status, _) => &[Text],
+        }
+    }
+
+    /// The function a client checks for when it connects (the last the schema creates):
+    /// present, the schema is in place and the client need not (and may not be allowed to)
+    /// run DDL.
     pub fn probe_function(&self) -> String {
-        format!("{}release_v1", self.table_prefix)
+        format!("{}status_v1", self.table_prefix)
     }
 
     /// The [`SqlOp`] that runs the lock script `script` on the locks `names` (the script's
@@ -145,6 +203,14 @@ impl SqlSettings {
                 vec![text(names[0]), text(arg(0)), int(arg(1)), text(arg(2))],
             ),
             Script::Dequeue => (Statement::Dequeue, vec![text(names[0]), text(arg(0))]),
+            // one name, token, lease (each hold on its own: `max_batch`)
+            Script::Extend if self.dialect == Dialect::Mysql => {
+                assert_eq!(names.len(), 1, "MySQL renews one hold per statement");
+                (
+                    Statement::Extend,
+                    vec![text(names[0]), text(arg(0)), int(arg(1))],
+                )
+            }
             // names, tokens, leases
             Script::Extend => (
                 Statement::Extend,
@@ -197,6 +263,14 @@ impl Wire for SqlSettings {
         }
     }
 
+    fn pushes(&self) -> bool {
+        self.dialect.pushes()
+    }
+
+    fn poll(&self) -> Option<Duration> {
+        (!self.dialect.pushes()).then_some(self.poll_interval)
+    }
+
     fn refuse(&self, a: &Acquire) -> Result<(), Error> {
         check_name(self.dialect, &a.name)
     }
@@ -245,18 +319,6 @@ impl Statement {
             Statement::Dequeue => "dequeue",
             Statement::Extend => "extend",
             Statement::Status => "status",
-        }
-    }
-
-    /// The parameters' types, in order.
-    pub fn params(self) -> &'static [ParamType] {
-        use ParamType::*;
-        match self {
-            Statement::Acquire => &[Text, Text, Int, Int, Text, Int, Text],
-            Statement::Release => &[Text, Text, Int, Text],
-            Statement::Dequeue => &[Text, Text],
-            Statement::Extend => &[TextList, TextList, IntList],
-            Statement::Status => &[Text],
         }
     }
 }
@@ -342,8 +404,9 @@ pub(crate) fn as_redis(values: Vec<SqlValue>) -> Value {
     )
 }
 
-/// Reads a STATUS reply: the Lua script's, as text (owner, count, fence, pttl, latest,
-/// waiters…), read as [`crate::redis::parse_status`] reads that script's.
+/// Reads a STATUS reply: the Lua script's (owner, count, fence, pttl, latest, waiters…), as
+/// text on PostgreSQL, and with the waiters in one text separated by spaces (or NULL) on
+/// MySQL; read as [`crate::redis::parse_status`] reads that script's.
 pub fn parse_status(values: &[SqlValue]) -> Result<LockStatus, Error> {
     let mut values = values.to_vec();
     for value in values.iter_mut().skip(1).take(4) {
@@ -354,6 +417,21 @@ pub fn parse_status(values: &[SqlValue]) -> Result<LockStatus, Error> {
             *value = SqlValue::Int(n);
         }
     }
+    // Owner tokens hold no space: a text of several is MySQL's list of waiters.
+    let waiters: Vec<SqlValue> = values
+        .split_off(values.len().min(5))
+        .into_iter()
+        .flat_map(|v| match v {
+            SqlValue::Text(list) => list
+                .split(' ')
+                .filter(|t| !t.is_empty())
+                .map(|t| SqlValue::Text(t.to_owned()))
+                .collect(),
+            SqlValue::Null => Vec::new(),
+            other => vec![other],
+        })
+        .collect();
+    values.extend(waiters);
     crate::redis::parse_status(&as_redis(values))
 }
 
@@ -363,7 +441,7 @@ pub(crate) fn check_name(dialect: Dialect, name: &str) -> Result<(), Error> {
         Dialect::Postgres if name.contains('\0') => Err(Error::InvalidArgument(
             "a lock name on PostgreSQL cannot contain a NUL character".into(),
         )),
-        Dialect::Postgres => Ok(()),
+        Dialect::Postgres | Dialect::Mysql => Ok(()),
     }
 }
 
@@ -392,7 +470,7 @@ mod tests {
             );
             assert_eq!(
                 sql.matches('$').count(),
-                statement.params().len(),
+                settings.params(statement).len(),
                 "{statement:?}"
             );
         }
@@ -422,7 +500,7 @@ mod tests {
         };
         assert_eq!(statement, Statement::Acquire);
         let kinds: Vec<ParamType> = params.iter().map(Param::kind).collect();
-        assert_eq!(kinds, Statement::Acquire.params());
+        assert_eq!(kinds, settings.params(Statement::Acquire));
         assert_eq!(params[6], Param::Text(String::new()));
         let args: Vec<String> = ["a", "10", "b", "20"].map(String::from).to_vec();
         let SqlOp::Query { params, .. } = settings.call(Script::Extend, &["x", "y"], &args) else {

@@ -2,6 +2,7 @@
 //! They decide nothing.
 
 mod memory;
+mod mysql;
 mod postgres;
 mod redis;
 mod zk;
@@ -14,6 +15,7 @@ use dlock_core::{Input, Op, Protocol, Reply, TransportError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Error;
+pub(crate) use mysql::MyUrl;
 pub(crate) use postgres::PgUrl;
 pub(crate) use zk::ZkUrl;
 
@@ -38,6 +40,9 @@ pub(crate) enum Backend {
     /// `postgres://[user:password@]host[:port][/dbname][?table_prefix=P&…]` (or
     /// `postgresql://`).
     Postgres(PgUrl),
+    /// `mysql://[user:password@]host[:port]/database[?table_prefix=P&poll_interval_ms=N&…]`
+    /// (or `mariadb://`).
+    Mysql(MyUrl),
 }
 
 /// A backend a URL may name: its scheme, the URL's form and what it is. The CLI's help, the
@@ -83,6 +88,11 @@ pub const BACKENDS: &[Scheme] = &[
         name: "postgres",
         form: "postgres://[user:password@]host[:port][/dbname][?table_prefix=dlock_]",
         about: "PostgreSQL (also postgresql://): the database's clock, NOTIFY wake-ups",
+    },
+    Scheme {
+        name: "mysql",
+        form: "mysql://[user:password@]host[:port]/database[?table_prefix=dlock_&poll_interval_ms=50]",
+        about: "MySQL 8 or MariaDB 10.6+ (also mariadb://): the database's clock, waiters look again",
     },
     Scheme {
         name: "memory",
@@ -145,6 +155,7 @@ impl Backend {
             }
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(&shown, rest)?)),
             "postgres" | "postgresql" => Ok(Backend::Postgres(PgUrl::parse(&shown, url)?)),
+            "mysql" | "mariadb" => Ok(Backend::Mysql(MyUrl::parse(&shown, url)?)),
             "redis-cluster" => node_urls(&shown, rest).map(Backend::RedisCluster),
             "redlock" => {
                 let nodes = node_urls(&shown, rest)?;
@@ -180,6 +191,7 @@ impl std::fmt::Debug for Backend {
             Backend::Memory(name) => format!("memory://{name}"),
             Backend::ZooKeeper(url) => format!("zk://{}", url.hosts),
             Backend::Postgres(url) => url.shown(),
+            Backend::Mysql(url) => url.shown(),
         };
         f.write_str(&shown)
     }
@@ -226,6 +238,7 @@ pub(crate) enum Transport {
     Memory(memory::MemoryTransport),
     Zk(zk::ZkTransport),
     Postgres(postgres::PgTransport),
+    Mysql(mysql::MyTransport),
 }
 
 impl Transport {
@@ -263,6 +276,10 @@ impl Transport {
                 Transport::Postgres(postgres::PgTransport::connect(url, inbox).await?),
                 Protocol::Sql(url.settings.clone()),
             ),
+            Backend::Mysql(url) => (
+                Transport::Mysql(mysql::MyTransport::connect(url).await?),
+                Protocol::Sql(url.settings.clone()),
+            ),
         })
     }
 
@@ -274,6 +291,7 @@ impl Transport {
             (Transport::Memory(t), Op::Redis(op)) => t.execute(op),
             (Transport::Zk(t), Op::Zk(op)) => t.execute(op),
             (Transport::Postgres(t), Op::Sql(op)) => t.execute(op),
+            (Transport::Mysql(t), Op::Sql(op)) => t.execute(op),
             (_, op) => {
                 let e = TransportError::Server(format!("{op:?} is not for this backend"));
                 Box::pin(async move { Err(e) })
@@ -289,6 +307,7 @@ impl Transport {
             Transport::Memory(t) => t.close(),
             Transport::Zk(t) => t.close(),
             Transport::Postgres(t) => t.close(),
+            Transport::Mysql(t) => t.close(),
         }
     }
 }
