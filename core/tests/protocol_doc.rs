@@ -43,16 +43,24 @@ fn protocol_doc_gives_the_least_privilege_acl() {
 
 #[test]
 fn protocol_doc_quotes_the_sql_functions_verbatim() {
+    use dlock_core::sql::{Dialect, SqlSettings, Statement};
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("../docs/PROTOCOL.md")).expect("docs/PROTOCOL.md");
-    let sql = std::fs::read_to_string(root.join("src/sql/postgres.sql")).expect("postgres.sql");
-    let block = format!("```sql\n{}\n```", sql.trim_end());
-    assert!(
-        doc.contains(&block),
-        "docs/PROTOCOL.md §18 does not quote src/sql/postgres.sql"
-    );
-    let settings = dlock_core::sql::SqlSettings::new(dlock_core::sql::Dialect::Postgres);
-    for statement in dlock_core::sql::Statement::ALL {
+    for (file, dialect) in [("postgres.sql", Dialect::Postgres), ("mysql.sql", Dialect::Mysql)] {
+        let sql = std::fs::read_to_string(root.join("src/sql").join(file)).expect(file);
+        let block = format!("```sql\n{}\n```", sql.trim_end());
+        assert!(
+            doc.contains(&block),
+            "docs/PROTOCOL.md §18 does not quote src/sql/{file}"
+        );
+        let settings = SqlSettings::new(dialect);
+        for statement in [Statement::Acquire, Statement::Extend] {
+            let text = settings.statement(statement);
+            assert!(doc.contains(&format!("`{text}`")), "§18 lacks {text}");
+        }
+    }
+    let settings = SqlSettings::new(Dialect::Postgres);
+    for statement in Statement::ALL {
         let text = settings.statement(statement);
         assert!(doc.contains(&format!("`{text}`")), "§18 lacks {text}");
     }
