@@ -712,9 +712,13 @@ fn sql_run_and_status(url: &str, dir: &Path, query: impl Fn(&str) -> String) {
         status_json(url).contains("\"count\":1")
     });
     let marker = dir.join("ran");
-    let out = run(url, &["--wait", "0"], &["touch", &marker.display().to_string()])
-        .output()
-        .unwrap();
+    let out = run(
+        url,
+        &["--wait", "0"],
+        &["touch", &marker.display().to_string()],
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(75), "{out:?}");
     assert!(!marker.exists(), "the command ran without the lock");
     let token = fencing_token(&status_json(url));

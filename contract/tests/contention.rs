@@ -93,14 +93,16 @@ struct Tenure {
 
 fn contend(url: &str, target: usize) -> BTreeMap<&'static str, usize> {
     let dir = tempdir();
-    let mut children = Workers(RUNTIMES
-        .iter()
-        .flat_map(|r| (0..WORKERS).map(move |w| (*r, w)))
-        .map(|(r, w)| {
-            let label = format!("{r}-{w}");
-            (label.clone(), worker(r, url, &dir, &label, target))
-        })
-        .collect());
+    let mut children = Workers(
+        RUNTIMES
+            .iter()
+            .flat_map(|r| (0..WORKERS).map(move |w| (*r, w)))
+            .map(|(r, w)| {
+                let label = format!("{r}-{w}");
+                (label.clone(), worker(r, url, &dir, &label, target))
+            })
+            .collect(),
+    );
     let children = &mut children.0;
     let deadline = Instant::now() + Duration::from_secs(300);
     // Every worker connects (and compiles its engine) first; then all start at once.

@@ -46,7 +46,10 @@ fn protocol_doc_quotes_the_sql_functions_verbatim() {
     use dlock_core::sql::{Dialect, SqlSettings, Statement};
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("../docs/PROTOCOL.md")).expect("docs/PROTOCOL.md");
-    for (file, dialect) in [("postgres.sql", Dialect::Postgres), ("mysql.sql", Dialect::Mysql)] {
+    for (file, dialect) in [
+        ("postgres.sql", Dialect::Postgres),
+        ("mysql.sql", Dialect::Mysql),
+    ] {
         let sql = std::fs::read_to_string(root.join("src/sql").join(file)).expect(file);
         let block = format!("```sql\n{}\n```", sql.trim_end());
         assert!(

@@ -1,6 +1,8 @@
 //! Deterministic simulation of many engines contending through a faulty network for locks on
-//! the reference Redis, on Redlock over 3 or 5 reference Redis nodes (every fourth seed), or
-//! on the reference ZooKeeper (every other seed).
+//! the reference Redis, on Redlock over 3 or 5 reference Redis nodes (every fourth seed), on
+//! the reference SQL database (`dlock_core::sql::reference`, every eighth seed: PostgreSQL
+//! with NOTIFY or MySQL with waiters that look again; locks and multi-locks), or on the
+//! reference ZooKeeper (every other seed).
 //!
 //! A seeded world: virtual time, clients whose clocks run up to 0.5% fast or slow, clients
 //! that pause for longer than their leases and clients that crash and restart. On Redis the
@@ -47,6 +49,8 @@ use std::time::Duration;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
+use dlock_core::sql::reference::Store as SqlStore;
+use dlock_core::sql::{Dialect, SqlOp, SqlSettings};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
@@ -230,6 +234,8 @@ struct World {
     store: Store,
     /// Redlock worlds: the nodes, each down until some true time, then restarted empty.
     redlock: Option<Vec<RedlockNode>>,
+    /// SQL worlds: the database (PostgreSQL or MySQL), in place of the Redis store.
+    sql: Option<(SqlStore, SqlSettings)>,
     subscribers: BTreeMap<String, (usize, u32)>,
     /// ZooKeeper worlds: the server, its session timeout, and when it last heard from each
     /// session.
@@ -284,6 +290,7 @@ struct Stats {
     crashes: u64,
     zk_seeds: u64,
     redlock_seeds: u64,
+    sql_seeds: u64,
     node_crashes: u64,
     expiries: u64,
     breaks: u64,
@@ -319,6 +326,7 @@ impl World {
             next_msg: 0,
             store: Store::new(),
             redlock: None,
+            sql: None,
             subscribers: BTreeMap::new(),
             zk: None,
             touched: BTreeMap::new(),
@@ -344,6 +352,18 @@ impl World {
             world.zk = Some((ZkStore::new(), session_timeout));
             world.stats.zk_seeds = 1;
             world.schedule(0, Msg::ServerTick);
+        } else if seed % 8 == 3 {
+            // One seed in eight: the SQL backend (the Redis machine over SQL statements),
+            // PostgreSQL (NOTIFY wake-ups) or MySQL (waiters that look again).
+            let dialect = if seed % 16 == 3 {
+                Dialect::Postgres
+            } else {
+                Dialect::Mysql
+            };
+            let mut settings = SqlSettings::new(dialect);
+            settings.poll_interval = Duration::from_millis(*world.rng.pick(&[5, 50, 200]));
+            world.sql = Some((SqlStore::new(dialect), settings));
+            world.stats.sql_seeds = 1;
         } else if seed % 4 == 1 {
             let nodes = *world.rng.pick(&[3, 5]);
             let skews: Vec<i64> = (0..nodes)
@@ -437,6 +457,9 @@ impl World {
             config.protocol = Protocol::Redlock {
                 nodes: nodes.len() as u32,
             };
+        }
+        if let Some((_, settings)) = &self.sql {
+            config.protocol = Protocol::Sql(settings.clone());
         }
         if let Some((store, session_timeout)) = &mut self.zk {
             let session = store.open_session();
@@ -1220,7 +1243,7 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            if (40..50).contains(&roll) && self.redlock.is_none() {
+            if (40..50).contains(&roll) && self.redlock.is_none() && self.sql.is_none() {
                 // A read or write hold of a read-write lock (Redis, ZooKeeper), never an upgrade: an
                 // owner that holds or waits for a read hold does not ask to write.
                 let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
@@ -1262,7 +1285,7 @@ impl World {
                     })
                 });
             }
-            if (50..60).contains(&roll) && self.redlock.is_none() {
+            if (50..60).contains(&roll) && self.redlock.is_none() && self.sql.is_none() {
                 // A permit of a semaphore (Redis and ZooKeeper).
                 let (name, permits) = *self.rng.pick(&SEMAPHORES);
                 let fair = self.zk.is_some() || !self.rng.chance(333);
@@ -1330,6 +1353,9 @@ impl World {
     }
 
     fn server(&mut self, c: usize, incarnation: u32, request: Request) {
+        if let Op::Sql(op) = request.op {
+            return self.sql_server(c, incarnation, request.id, op);
+        }
         let (node, op) = match (request.op, &self.redlock) {
             (Op::Redis(op), None) => (None, op),
             (Op::Redlock { node, op }, Some(_)) => (Some(node as usize), op),
@@ -1379,6 +1405,48 @@ impl World {
         let input = Input::Reply {
             id: request.id,
             reply: reply.map(Response::Redis),
+        };
+        self.send(Msg::ToClient {
+            client: c,
+            incarnation,
+            input,
+        });
+    }
+
+    /// The SQL database: a statement runs atomically at the server's time (µs); its
+    /// notifications go to whoever listens on their channel, as pub/sub messages do.
+    fn sql_server(&mut self, c: usize, incarnation: u32, id: dlock_core::RequestId, op: SqlOp) {
+        let Some((store, _)) = &mut self.sql else {
+            self.fail(format!("this world got {op:?}"));
+        };
+        let reply = match op {
+            SqlOp::Listen { channel } => {
+                self.subscribers.insert(channel, (c, incarnation));
+                Vec::new()
+            }
+            query => {
+                let now_us = SERVER_EPOCH_MS * 1000 + self.now / 1000;
+                match store.exec(now_us, &query) {
+                    Ok(outcome) => {
+                        for (channel, payload) in outcome.notified {
+                            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
+                                let input = Input::Notice(Notice::Message { channel, payload });
+                                self.send(Msg::ToClient {
+                                    client: to,
+                                    incarnation: inc,
+                                    input,
+                                });
+                            }
+                        }
+                        outcome.values
+                    }
+                    Err(e) => self.fail(format!("statement failed: {e}")),
+                }
+            }
+        };
+        let input = Input::Reply {
+            id,
+            reply: Ok(Response::Sql(reply)),
         };
         self.send(Msg::ToClient {
             client: c,
@@ -1787,6 +1855,7 @@ impl std::ops::AddAssign for Stats {
         self.crashes += s.crashes;
         self.zk_seeds += s.zk_seeds;
         self.redlock_seeds += s.redlock_seeds;
+        self.sql_seeds += s.sql_seeds;
         self.node_crashes += s.node_crashes;
         self.expiries += s.expiries;
         self.breaks += s.breaks;
@@ -1832,12 +1901,13 @@ fn simulation() {
     };
     let total = run_seeds(&seeds, trace);
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock, {} on SQL), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
         total.zk_seeds,
         total.redlock_seeds,
+        total.sql_seeds,
         total.steps,
         total.acquired,
         total.multi,

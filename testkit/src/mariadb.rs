@@ -27,7 +27,10 @@ impl MariadbServer {
             .arg(&dir)
             .status()
             .expect("cp");
-        assert!(status.success(), "copy of the MariaDB data directory failed");
+        assert!(
+            status.success(),
+            "copy of the MariaDB data directory failed"
+        );
         let mut server = MariadbServer {
             dir,
             port: 0,

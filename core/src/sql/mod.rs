@@ -23,6 +23,8 @@ use crate::redis::machine::Wire;
 use crate::redis::{RedisOp, Script, Value};
 use crate::status::LockStatus;
 use crate::types::{Acquire, Op, Primitive, Response};
+pub mod reference;
+
 use core::fmt;
 
 /// Version of the tables and functions in this module: the functions' names end in `_v1`, so
