@@ -181,7 +181,8 @@ impl SqlSettings {
 
     /// The [`SqlOp`] that runs the lock script `script` on the locks `names` (the script's
     /// keys: one lock, or one per renewed lock for EXTEND) with the script's arguments.
-    pub(crate) fn call(&self, script: Script, names: &[&str], args: &[String]) -> SqlOp {
+    /// Panics on a script the SQL backend does not run, or numbers that are not integers.
+    pub fn call(&self, script: Script, names: &[&str], args: &[String]) -> SqlOp {
         let text = |s: &str| Param::Text(s.to_owned());
         let int = |s: &str| Param::Int(s.parse().expect("the scripts' numbers are integers"));
         let arg = |i: usize| args.get(i).map_or("", String::as_str);

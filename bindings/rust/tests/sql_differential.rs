@@ -1,0 +1,437 @@
+//! The SQL reference (`dlock_core::sql::reference`, what the simulation runs against) against
+//! a real PostgreSQL and a real MariaDB: the same random sequences of statements — every
+//! lock statement the engine sends, in every mode, with leases short enough to expire
+//! mid-run — must give the same replies, leave the same rows (owner, hold count, fencing
+//! token; the waiters in queue order) and the same fencing counter.
+//!
+//! Each statement runs between two readings of the database's clock on the same connection;
+//! the reference runs it at the first reading and at the second, and one of them must agree
+//! (an expiry between the readings decides which). Remaining milliseconds in replies, and the
+//! expiry times the statement wrote, may differ by the time between the readings; after each
+//! statement the reference takes the database's expiry times, so that this never adds up.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use dlock_core::sql::reference::Store;
+use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue, Statement};
+use dlock_testkit::{MariadbServer, PostgresServer, Rng};
+use mysql_async::prelude::Queryable;
+
+/// A database connection the test drives statement by statement.
+enum Real {
+    Postgres(tokio_postgres::Client),
+    Mysql(mysql_async::Conn),
+}
+
+/// One table row as compared: owner, holds, fence; and its expiry (µs), compared within the
+/// time a statement took.
+type Rows = BTreeMap<String, ((Option<String>, i64, i64), Option<u64>)>;
+/// A lock row as MySQL gives it: name, owner, holds, fence, expiry (µs).
+type MysqlRow = (Vec<u8>, Option<String>, i64, i64, Option<i64>);
+/// The waiters in ticket order: name, owner, and deadline (µs).
+type Queue = Vec<((String, String), u64)>;
+
+impl Real {
+    async fn connect(url: &str) -> (Real, SqlSettings) {
+        // The client creates the schema; this test then speaks SQL itself.
+        let client = dlock::Client::connect(url).await.expect("schema created");
+        drop(client);
+        if let Some(rest) = url.strip_prefix("postgres://") {
+            let (client, connection) =
+                tokio_postgres::connect(&format!("postgres://{rest}"), tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            (Real::Postgres(client), SqlSettings::new(Dialect::Postgres))
+        } else {
+            let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
+            conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
+            (Real::Mysql(conn), SqlSettings::new(Dialect::Mysql))
+        }
+    }
+
+    /// The database's clock, µs since the epoch.
+    async fn now_us(&mut self) -> u64 {
+        match self {
+            Real::Postgres(c) => {
+                let row = c
+                    .query_one(
+                        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                row.get::<_, i64>(0) as u64
+            }
+            Real::Mysql(c) => {
+                let n: Option<i64> = c
+                    .query_first(
+                        "SELECT CAST(UNIX_TIMESTAMP(UTC_TIMESTAMP(6)) * 1000000 AS SIGNED)",
+                    )
+                    .await
+                    .unwrap();
+                n.unwrap() as u64
+            }
+        }
+    }
+
+    async fn run(&mut self, op: &SqlOp) -> Vec<SqlValue> {
+        let SqlOp::Query {
+            statement,
+            sql,
+            params,
+        } = op
+        else {
+            unreachable!()
+        };
+        match self {
+            Real::Postgres(c) => {
+                let values: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = params
+                    .iter()
+                    .map(|p| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+                        match p {
+                            Param::Text(s) => Box::new(s.clone()),
+                            Param::Int(n) => Box::new(*n),
+                            Param::TextList(v) => Box::new(v.clone()),
+                            Param::IntList(v) => Box::new(v.clone()),
+                        }
+                    })
+                    .collect();
+                let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                    values.iter().map(|v| &**v as _).collect();
+                let row = c.query_one(sql.as_str(), &refs).await.unwrap();
+                if *statement == Statement::Status {
+                    let v: Vec<String> = row.get(0);
+                    v.into_iter().map(SqlValue::Text).collect()
+                } else {
+                    let v: Vec<i64> = row.get(0);
+                    v.into_iter().map(SqlValue::Int).collect()
+                }
+            }
+            Real::Mysql(c) => {
+                let values: Vec<mysql_async::Value> = params
+                    .iter()
+                    .map(|p| match p {
+                        Param::Text(s) => mysql_async::Value::Bytes(s.clone().into_bytes()),
+                        Param::Int(n) => mysql_async::Value::Int(*n),
+                        other => unreachable!("{other:?}"),
+                    })
+                    .collect();
+                let row: mysql_async::Row =
+                    c.exec_first(sql.as_str(), values).await.unwrap().unwrap();
+                row.unwrap()
+                    .into_iter()
+                    .map(|v| match v {
+                        mysql_async::Value::NULL => SqlValue::Null,
+                        mysql_async::Value::Int(n) => SqlValue::Int(n),
+                        mysql_async::Value::UInt(n) => SqlValue::Int(n as i64),
+                        mysql_async::Value::Bytes(b) => {
+                            let text = String::from_utf8(b).unwrap();
+                            match text.parse() {
+                                Ok(n) if *statement != Statement::Status => SqlValue::Int(n),
+                                _ => SqlValue::Text(text),
+                            }
+                        }
+                        other => panic!("{other:?}"),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The lock rows, the queue and the fencing counter.
+    async fn state(&mut self) -> (Rows, Queue, i64) {
+        let us = |n: Option<i64>| n.map(|n| n as u64);
+        match self {
+            Real::Postgres(c) => {
+                let rows = c
+                    .query(
+                        "SELECT name, owner, holds::bigint, fence, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_lock",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| (r.get(0), ((r.get(1), r.get(2), r.get(3)), us(r.get(4)))))
+                    .collect();
+                let queue = c
+                    .query(
+                        "SELECT name, owner, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_waiter ORDER BY ticket",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as u64))
+                    .collect();
+                let fence: i64 = c
+                    .query_one(
+                        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dlock_fence",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                (rows, queue, fence)
+            }
+            Real::Mysql(c) => {
+                let rows: Vec<MysqlRow> = c
+                    .query("SELECT name, owner, holds, fence, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_lock")
+                    .await
+                    .unwrap();
+                let queue: Vec<(Vec<u8>, String, i64)> = c
+                    .query("SELECT name, owner, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_waiter ORDER BY ticket")
+                    .await
+                    .unwrap();
+                let fence: Option<i64> = c
+                    .query_first("SELECT value FROM dlock_fence WHERE id = 1")
+                    .await
+                    .unwrap();
+                let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+                (
+                    rows.into_iter()
+                        .map(|(n, o, h, f, e)| (text(n), ((o, h, f), us(e))))
+                        .collect(),
+                    queue
+                        .into_iter()
+                        .map(|(n, o, e)| ((text(n), o), e as u64))
+                        .collect(),
+                    fence.unwrap_or(0),
+                )
+            }
+        }
+    }
+}
+
+fn reference_state(store: &Store) -> (Rows, Queue, i64) {
+    let rows = store
+        .locks
+        .iter()
+        .map(|(n, r)| {
+            (
+                n.clone(),
+                ((r.owner.clone(), r.holds, r.fence), r.expires_at),
+            )
+        })
+        .collect();
+    let mut queue: Vec<(u64, String, String, u64)> = store
+        .waiters
+        .iter()
+        .flat_map(|(n, q)| {
+            q.iter()
+                .map(move |w| (w.ticket, n.clone(), w.owner.clone(), w.expires_at))
+        })
+        .collect();
+    queue.sort();
+    let queue = queue.into_iter().map(|(_, n, o, e)| ((n, o), e)).collect();
+    (rows, queue, store.fence)
+}
+
+/// The same expiry, within `slack_us`.
+fn near(a: Option<u64>, b: Option<u64>, slack_us: u64) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.abs_diff(b) <= slack_us,
+        (a, b) => a == b,
+    }
+}
+
+/// The reference takes the database's expiry times (checked near its own already).
+fn take_expiries(store: &mut Store, rows: &Rows, queue: &Queue) {
+    for (name, (_, expires)) in rows {
+        if let Some(row) = store.locks.get_mut(name) {
+            row.expires_at = *expires;
+        }
+    }
+    for ((name, owner), expires) in queue {
+        if let Some(w) = store
+            .waiters
+            .get_mut(name)
+            .and_then(|q| q.iter_mut().find(|w| &w.owner == owner))
+        {
+            w.expires_at = *expires;
+        }
+    }
+}
+
+/// Where a reply carries remaining milliseconds.
+fn pttl_at(statement: Statement, values: &[SqlValue]) -> Option<usize> {
+    match (statement, values.first()) {
+        (Statement::Acquire, Some(SqlValue::Int(0 | 2))) => Some(1),
+        (Statement::Status, _) => Some(3),
+        _ => None,
+    }
+}
+
+fn number(v: &SqlValue) -> Option<i64> {
+    match v {
+        SqlValue::Int(n) => Some(*n),
+        SqlValue::Text(s) => s.parse().ok(),
+        SqlValue::Null => None,
+    }
+}
+
+/// The replies agree, remaining milliseconds within `slack_ms`.
+fn same(statement: Statement, real: &[SqlValue], reference: &[SqlValue], slack_ms: i64) -> bool {
+    let pttl = pttl_at(statement, reference);
+    real.len() == reference.len()
+        && real.iter().zip(reference).enumerate().all(|(i, (a, b))| {
+            a == b
+                || matches!((number(a), number(b)), (Some(x), Some(y)) if x == y)
+                || (Some(i) == pttl
+                    && matches!((number(a), number(b)), (Some(x), Some(y)) if x >= 0 && y >= 0 && (x - y).abs() <= slack_ms))
+        })
+}
+
+/// A random statement of the engine's repertoire.
+fn random_op(rng: &mut Rng, settings: &SqlSettings) -> SqlOp {
+    use dlock_core::redis::Script;
+    let names = ["a", "b/ü"];
+    let tokens = ["c1-1", "c1-2", "c2-1", "c3-7"];
+    // Leases that end mid-run, and ones that do not.
+    let leases = ["15", "45", "120", "60000"];
+    let name = *rng.pick(&names);
+    let token = *rng.pick(&tokens);
+    let (lease, lease2) = (*rng.pick(&leases), *rng.pick(&leases));
+    let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    match rng.below(10) {
+        0..=4 => {
+            let mode = *rng.pick(&["try", "wait", "wait", "refresh"]);
+            let count = *rng.pick(&["1", "1", "2"]);
+            let mut a = args(&[token, lease, count, mode, lease2]);
+            if rng.chance(200) {
+                a.push("barge".into());
+            }
+            call(settings, Script::Acquire, &[name], &a)
+        }
+        5..=6 => {
+            let count = *rng.pick(&["0", "0", "1"]);
+            let mut a = args(&[token, count]);
+            if rng.chance(200) {
+                a.push("free".into());
+            }
+            call(settings, Script::Release, &[name], &a)
+        }
+        7 => call(settings, Script::Dequeue, &[name], &args(&[token])),
+        8 => match settings.dialect {
+            Dialect::Postgres => {
+                let other = names.iter().find(|n| **n != name).unwrap();
+                let t2 = *rng.pick(&tokens);
+                let a = args(&[token, lease, t2, lease2]);
+                call(settings, Script::Extend, &[name, other], &a)
+            }
+            Dialect::Mysql => call(settings, Script::Extend, &[name], &args(&[token, lease])),
+        },
+        _ => settings.status(name),
+    }
+}
+
+fn call(
+    settings: &SqlSettings,
+    script: dlock_core::redis::Script,
+    names: &[&str],
+    args: &[String],
+) -> SqlOp {
+    settings.call(script, names, args)
+}
+
+async fn differential(url: &str, seeds: u64, steps: usize) {
+    let (mut real, settings) = Real::connect(url).await;
+    let dialect = settings.dialect;
+    let mut compared = 0;
+    for seed in 0..seeds {
+        // Every sequence starts from empty tables.
+        match &mut real {
+            Real::Postgres(c) => c
+                .batch_execute(
+                    "TRUNCATE dlock_lock, dlock_waiter; ALTER SEQUENCE dlock_fence RESTART",
+                )
+                .await
+                .unwrap(),
+            Real::Mysql(c) => {
+                for sql in [
+                    "DELETE FROM dlock_lock",
+                    "DELETE FROM dlock_waiter",
+                    "UPDATE dlock_fence SET value = 0",
+                ] {
+                    c.query_drop(sql).await.unwrap();
+                }
+            }
+        }
+        let mut store = Store::new(dialect);
+        let mut rng = Rng(seed * 7919 + 1);
+        for step in 0..steps {
+            let op = random_op(&mut rng, &settings);
+            let SqlOp::Query { statement, .. } = &op else {
+                unreachable!()
+            };
+            let t0 = real.now_us().await;
+            let got = real.run(&op).await;
+            let t1 = real.now_us().await;
+            let slack = ((t1 - t0) / 1000 + 2) as i64;
+            let mut agreed = None;
+            for t in [t0, t1] {
+                let mut candidate = store.clone();
+                let outcome = candidate.exec(t, &op).unwrap();
+                if same(*statement, &got, &outcome.values, slack) {
+                    agreed = Some(candidate);
+                    break;
+                }
+            }
+            let Some(next) = agreed else {
+                panic!(
+                    "{dialect:?} seed {seed} step {step}: {op:?}\n  real {got:?}\n  reference {:?} (at {t0}) / {:?} (at {t1})",
+                    store.clone().exec(t0, &op).unwrap().values,
+                    store.clone().exec(t1, &op).unwrap().values,
+                );
+            };
+            store = next;
+            let (rows, queue, fence) = real.state().await;
+            let (ref_rows, ref_queue, ref_fence) = reference_state(&store);
+            let at = format!("{dialect:?} seed {seed} step {step}, after {op:?}");
+            let slack_us = t1 - t0 + 1;
+            let keys = |r: &Rows| {
+                r.iter()
+                    .map(|(n, (k, _))| (n.clone(), k.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(keys(&rows), keys(&ref_rows), "{at}: rows");
+            for (name, (_, expires)) in &rows {
+                let theirs = ref_rows[name].1;
+                assert!(
+                    near(*expires, theirs, slack_us),
+                    "{at}: {name}'s expiry {expires:?} / {theirs:?}"
+                );
+            }
+            let owners = |q: &Queue| q.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+            assert_eq!(owners(&queue), owners(&ref_queue), "{at}: queue");
+            for (real_w, ref_w) in queue.iter().zip(&ref_queue) {
+                assert!(
+                    near(Some(real_w.1), Some(ref_w.1), slack_us),
+                    "{at}: deadline of {:?}",
+                    real_w.0
+                );
+            }
+            assert_eq!(fence, ref_fence, "{at}: fencing counter");
+            take_expiries(&mut store, &rows, &queue);
+            compared += 1;
+            // Now and then let short leases and waiter deadlines run out.
+            if rng.chance(100) {
+                tokio::time::sleep(Duration::from_millis(rng.range(10, 60))).await;
+            }
+        }
+    }
+    println!("{dialect:?}: {compared} statements agreed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_agrees_with_postgres() {
+    let pg = PostgresServer::start();
+    differential(&pg.url(), 20, 60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_agrees_with_mariadb() {
+    let db = MariadbServer::start();
+    differential(&db.url(), 20, 60).await;
+}
