@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_testkit::{RedisServer, TcpProxy, ZkEnsemble};
+use dlock_testkit::{MariadbServer, PostgresServer, RedisServer, TcpProxy, ZkEnsemble};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -50,6 +50,10 @@ pub enum Backend {
     ZkEnsemble,
     /// Redlock over five redis-servers without persistence.
     Redlock,
+    /// One PostgreSQL server (the SQL backend).
+    Postgres,
+    /// One MariaDB server (the SQL backend).
+    Mariadb,
 }
 
 /// What the nemesis does in each round.
@@ -73,6 +77,9 @@ pub enum Nemesis {
     Restart,
     /// SIGKILL the ZooKeeper leader while the lock is held; start it again later.
     LeaderKill,
+    /// Kill every client connection at the database mid-tenure (`pg_terminate_backend`,
+    /// `KILL`): the clients reconnect, the holder keeps its lock if it renews in time.
+    KillConnections,
     /// Fail over to a replica that missed the latest writes: the replica is detached just
     /// before a tenure starts, then the primary is killed mid-tenure and the replica takes its
     /// address (a new replica is attached for the next round).
@@ -104,7 +111,7 @@ const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 16] = [
+pub const SCENARIOS: [Scenario; 23] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
     scenario("redis-waiter-kill", Backend::Redis, Nemesis::WaiterKill),
@@ -127,6 +134,17 @@ pub const SCENARIOS: [Scenario; 16] = [
         Backend::Redlock,
         Nemesis::Restart,
     ),
+    scenario("postgres-pause", Backend::Postgres, Nemesis::Pause),
+    scenario("postgres-kill", Backend::Postgres, Nemesis::Kill),
+    scenario("postgres-partition", Backend::Postgres, Nemesis::Partition),
+    scenario("postgres-restart", Backend::Postgres, Nemesis::Restart),
+    scenario(
+        "postgres-kill-connections",
+        Backend::Postgres,
+        Nemesis::KillConnections,
+    ),
+    scenario("mariadb-pause", Backend::Mariadb, Nemesis::Pause),
+    scenario("mariadb-restart", Backend::Mariadb, Nemesis::Restart),
     Scenario {
         lock_delay: Duration::from_secs(3),
         ..scenario("redis-pause-lock-delay", Backend::Redis, Nemesis::Pause)
@@ -323,6 +341,8 @@ enum LockServer {
     },
     Zk(ZkEnsemble),
     Redlock(Vec<RedisServer>),
+    Postgres(PostgresServer),
+    Mariadb(MariadbServer),
 }
 
 impl LockServer {
@@ -410,6 +430,8 @@ impl World {
             Backend::ZooKeeper => LockServer::Zk(ZkEnsemble::start(1)),
             Backend::ZkEnsemble => LockServer::Zk(ZkEnsemble::start(3)),
             Backend::Redlock => LockServer::Redlock((0..5).map(|_| RedisServer::start()).collect()),
+            Backend::Postgres => LockServer::Postgres(PostgresServer::start()),
+            Backend::Mariadb => LockServer::Mariadb(MariadbServer::start()),
         };
         let mut world = World {
             scenario,
@@ -450,6 +472,14 @@ impl World {
                     self.settings.session_timeout.as_millis()
                 )
             }
+            LockServer::Postgres(pg) => format!(
+                "postgres://postgres@127.0.0.1:{}/postgres",
+                port.unwrap_or(pg.port())
+            ),
+            LockServer::Mariadb(db) => format!(
+                "mysql://root@127.0.0.1:{}/dlock",
+                port.unwrap_or(db.port())
+            ),
         }
     }
 
@@ -459,6 +489,8 @@ impl World {
             LockServer::Replicated { front, .. } => front.port(),
             LockServer::Zk(zk) => zk.port(0),
             LockServer::Redlock(nodes) => nodes[0].port(),
+            LockServer::Postgres(pg) => pg.port(),
+            LockServer::Mariadb(db) => db.port(),
         }
     }
 
@@ -519,9 +551,12 @@ impl World {
     /// How long a dead holder may keep the lock: its lease, or on ZooKeeper its session.
     fn lease(&self) -> Duration {
         match self.scenario.backend {
-            Backend::Redis | Backend::RedisAof | Backend::RedisReplicated | Backend::Redlock => {
-                self.settings.lease
-            }
+            Backend::Redis
+            | Backend::RedisAof
+            | Backend::RedisReplicated
+            | Backend::Redlock
+            | Backend::Postgres
+            | Backend::Mariadb => self.settings.lease,
             Backend::ZooKeeper | Backend::ZkEnsemble => self.settings.session_timeout,
         }
     }
@@ -622,12 +657,36 @@ impl World {
                     LockServer::Redlock(nodes) => {
                         nodes[..3].iter_mut().for_each(RedisServer::restart)
                     }
-                    _ => unreachable!("restarts are for Redis"),
+                    // The databases keep every committed row: the holder keeps its lock.
+                    LockServer::Postgres(pg) => pg.restart(),
+                    LockServer::Mariadb(db) => db.restart(),
+                    _ => unreachable!("restarts are for Redis and the databases"),
                 }
                 // Without persistence the holder's lock is gone and its next renewal must
-                // tell it so; with AOF it keeps the lock.
-                let must_tell = self.scenario.backend != Backend::RedisAof;
+                // tell it so; with AOF, or on a database, it keeps the lock.
+                let must_tell = !matches!(
+                    self.scenario.backend,
+                    Backend::RedisAof | Backend::Postgres | Backend::Mariadb
+                );
                 self.hit(i, token, at, must_tell);
+                std::thread::sleep(lease + Duration::from_millis(1500));
+            }
+            Nemesis::KillConnections => {
+                let (i, token) = self.fresh_holder_wait();
+                let at = monotonic_ns();
+                match &self.lock {
+                    LockServer::Postgres(pg) => {
+                        pg.psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'");
+                    }
+                    LockServer::Mariadb(db) => {
+                        let ids = db.sql("SELECT id FROM information_schema.PROCESSLIST WHERE db = 'dlock' AND id <> CONNECTION_ID()");
+                        for id in ids.lines().filter(|l| !l.is_empty()) {
+                            let _ = db.sql(&format!("KILL {id}"));
+                        }
+                    }
+                    _ => unreachable!("connection kills are for the databases"),
+                }
+                self.hit(i, token, at, false);
                 std::thread::sleep(lease + Duration::from_millis(1500));
             }
             Nemesis::Failover => {
