@@ -134,6 +134,11 @@ bench-many n="10000":
 bench-redlock:
     cargo run --quiet --release -p dlock-bench --bin redlock
 
+# dlock on PostgreSQL and MariaDB next to pg_advisory_lock, GET_LOCK and dlock on Redis:
+# uncontended cycle, hand-off, fairness (writes bench/results/sql.md).
+bench-sql:
+    cargo run --quiet --release -p dlock-bench --bin sql
+
 # Throughput of one hot lock, fair next to non-fair (writes bench/results/fairness.md).
 bench-fairness:
     cargo run --quiet --release -p dlock-bench --bin fairness

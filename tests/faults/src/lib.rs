@@ -476,10 +476,9 @@ impl World {
                 "postgres://postgres@127.0.0.1:{}/postgres",
                 port.unwrap_or(pg.port())
             ),
-            LockServer::Mariadb(db) => format!(
-                "mysql://root@127.0.0.1:{}/dlock",
-                port.unwrap_or(db.port())
-            ),
+            LockServer::Mariadb(db) => {
+                format!("mysql://root@127.0.0.1:{}/dlock", port.unwrap_or(db.port()))
+            }
         }
     }
 
