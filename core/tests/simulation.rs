@@ -1386,16 +1386,7 @@ impl World {
                 };
                 match store.eval(now_ms, script, &keys, &args) {
                     Ok(outcome) => {
-                        for (channel, payload) in outcome.published {
-                            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
-                                let input = Input::Notice(Notice::Message { channel, payload });
-                                self.send(Msg::ToClient {
-                                    client: to,
-                                    incarnation: inc,
-                                    input,
-                                });
-                            }
-                        }
+                        self.publish(outcome.published);
                         Ok(outcome.reply)
                     }
                     Err(e) => self.fail(format!("script {} failed: {e}", script.name())),
@@ -1413,6 +1404,21 @@ impl World {
         });
     }
 
+    /// Messages a script published (a statement notified) go to whoever subscribes to (listens
+    /// on) their channel.
+    fn publish(&mut self, messages: Vec<(String, Vec<u8>)>) {
+        for (channel, payload) in messages {
+            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
+                let input = Input::Notice(Notice::Message { channel, payload });
+                self.send(Msg::ToClient {
+                    client: to,
+                    incarnation: inc,
+                    input,
+                });
+            }
+        }
+    }
+
     /// The SQL database: a statement runs atomically at the server's time (µs); its
     /// notifications go to whoever listens on their channel, as pub/sub messages do.
     fn sql_server(&mut self, c: usize, incarnation: u32, id: dlock_core::RequestId, op: SqlOp) {
@@ -1428,16 +1434,7 @@ impl World {
                 let now_us = SERVER_EPOCH_MS * 1000 + self.now / 1000;
                 match store.exec(now_us, &query) {
                     Ok(outcome) => {
-                        for (channel, payload) in outcome.notified {
-                            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
-                                let input = Input::Notice(Notice::Message { channel, payload });
-                                self.send(Msg::ToClient {
-                                    client: to,
-                                    incarnation: inc,
-                                    input,
-                                });
-                            }
-                        }
+                        self.publish(outcome.notified);
                         outcome.values
                     }
                     Err(e) => self.fail(format!("statement failed: {e}")),

@@ -636,34 +636,7 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
     let server = RedisServer::start();
     let url = server.url();
     // Fair and non-fair workers on one lock: never two inside, every one served.
-    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for i in 0..6 {
-        let client = connect(&url).await.unwrap();
-        let inside = inside.clone();
-        workers.push(tokio::spawn(async move {
-            for _ in 0..15 {
-                let guard = client
-                    .lock("hot")
-                    .fair(i % 2 == 0)
-                    .lease(Duration::from_secs(5))
-                    .acquire()
-                    .await
-                    .unwrap();
-                assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
-                tokio::task::yield_now().await;
-                inside.store(false, std::sync::atomic::Ordering::SeqCst);
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    let all = futures_util::future::join_all(workers);
-    for w in tokio::time::timeout(Duration::from_secs(60), all)
-        .await
-        .expect("no waiter is left asleep")
-    {
-        w.unwrap();
-    }
+    common::fair_and_non_fair_contend(&url, 6, 15).await;
 
     // A non-fair release frees the lock and wakes the waiter, which takes it itself. The
     // waiter refreshes its place only every 10 s (30 s waiter lease) and the holder's lease

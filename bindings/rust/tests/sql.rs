@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, Error, LostReason};
+use dlock::{Error, LostReason};
 use dlock_testkit::{MariadbServer, PostgresServer};
 
 mod common;
-use common::{builder, connect};
+use common::{builder, connect, eventually, waiters};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -162,19 +162,6 @@ on_both!(
     what_sql_cannot_do_is_refused_with_a_typed_error,
 );
 
-/// Waits until `check` holds, polling; panics with `what` after 60 s.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn waiters(client: &Client, name: &str) -> usize {
-    client.status(name).await.map_or(0, |s| s.waiters.len())
-}
-
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {
     let pg = D::start();
     common::contend(&pg.url(), 3, 3, 8).await;
@@ -197,34 +184,7 @@ async fn multi_locks_are_all_or_none_and_never_deadlock<D: Db>() {
 
 async fn non_fair_and_fair_acquires_exclude_each_other<D: Db>() {
     let pg = D::start();
-    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut workers = Vec::new();
-    for i in 0..4 {
-        let client = connect(&pg.url()).await.unwrap();
-        let inside = inside.clone();
-        workers.push(tokio::spawn(async move {
-            for _ in 0..10 {
-                let guard = client
-                    .lock("hot")
-                    .fair(i % 2 == 0)
-                    .lease(Duration::from_secs(5))
-                    .acquire()
-                    .await
-                    .unwrap();
-                assert!(!inside.swap(true, std::sync::atomic::Ordering::SeqCst));
-                tokio::task::yield_now().await;
-                inside.store(false, std::sync::atomic::Ordering::SeqCst);
-                guard.release().await.unwrap();
-            }
-        }));
-    }
-    let all = futures_util::future::join_all(workers);
-    for w in tokio::time::timeout(Duration::from_secs(120), all)
-        .await
-        .expect("no waiter is left asleep")
-    {
-        w.unwrap();
-    }
+    common::fair_and_non_fair_contend(&pg.url(), 4, 10).await;
 }
 
 /// The row says who holds the lock, in words a person reads: the full name, the owner token,

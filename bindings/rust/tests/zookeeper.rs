@@ -5,24 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, Error, LostReason};
+use dlock::{Error, LostReason};
 use dlock_testkit::{TcpProxy, ZkEnsemble};
 
 mod common;
-use common::{builder, connect};
-
-/// Waits until `check` holds, polling; panics with `what` after 30 s.
-async fn eventually<F: std::future::Future<Output = bool>>(what: &str, check: impl Fn() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn waiters(client: &Client, name: &str) -> usize {
-    client.status(name).await.expect("status").waiters.len()
-}
+use common::{builder, connect, eventually, waiters};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_and_increasing_tokens_across_clients() {

@@ -30,6 +30,53 @@ pub(crate) async fn connect(url: &str) -> Result<Client, Error> {
     builder(url).connect().await
 }
 
+/// Waits until `check` holds, polling; panics with `what` after 60 s.
+pub(crate) async fn eventually<F: std::future::Future<Output = bool>>(
+    what: &str,
+    check: impl Fn() -> F,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Waiters of lock `name`, as its status shows them (0 when the status fails).
+pub(crate) async fn waiters(client: &Client, name: &str) -> usize {
+    client.status(name).await.map_or(0, |s| s.waiters.len())
+}
+
+/// `workers` clients, every other one non-fair, take lock "hot" `rounds` times each: never two
+/// inside, and every one served (none left asleep) within 120 s.
+pub(crate) async fn fair_and_non_fair_contend(url: &str, workers: usize, rounds: usize) {
+    let inside = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for i in 0..workers {
+        let client = connect(url).await.expect("connect");
+        let inside = inside.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = client
+                    .lock("hot")
+                    .fair(i % 2 == 0)
+                    .lease(std::time::Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    join_within(handles, "a waiter is left asleep").await;
+}
+
 /// Waits for every task, at most 120 s: longer means the waiters are stuck (`stuck` says how).
 async fn join_within(handles: Vec<tokio::task::JoinHandle<()>>, stuck: &str) {
     let all = async {
