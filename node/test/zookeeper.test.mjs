@@ -2,7 +2,6 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { connect } from 'dlock'
 import { twoClientsContend } from './contention.mjs'
 import { startZooKeeper } from './zookeeper.mjs'
 
