@@ -245,7 +245,7 @@ pub fn redlock_url(nodes: &[RedisServer]) -> String {
 }
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with the `openssl` command.
-fn make_certificates(dir: &Path) -> Result<(), String> {
+pub(crate) fn make_certificates(dir: &Path) -> Result<(), String> {
     let openssl = |args: &[&str]| -> Result<(), String> {
         let out = Command::new("openssl")
             .args(args)

@@ -14,6 +14,8 @@ pub struct PostgresServer {
     dir: PathBuf,
     port: u16,
     running: bool,
+    /// Serves TLS with the certificates made in `dir` (`ca.crt` signs `server.crt`).
+    tls: bool,
 }
 
 /// `runuser -u postgres --` when we are root (PostgreSQL will not run as root), else nothing.
@@ -34,6 +36,25 @@ fn as_postgres() -> Vec<String> {
 impl PostgresServer {
     /// Creates a cluster (trust authentication for the `postgres` user) and starts it.
     pub fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// As [`PostgresServer::start`], serving TLS too (`ssl = on`) with a fresh CA and a server
+    /// certificate for 127.0.0.1 made by the `openssl` command ([`PostgresServer::ca_file`]).
+    /// `Err` says why that is not possible here (no openssl command).
+    pub fn start_tls() -> Result<Self, String> {
+        if Command::new("openssl").arg("version").output().is_err() {
+            return Err("the openssl command is not available".into());
+        }
+        Ok(Self::launch(true))
+    }
+
+    /// The CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn launch(tls: bool) -> Self {
         let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
             .expect("postgresql is not installed (scripts/setup installs it)")
             .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
@@ -42,6 +63,16 @@ impl PostgresServer {
         versions.sort();
         let bin = versions.pop().expect("no pg_ctl under /usr/lib/postgresql");
         let dir = temp_dir("postgres");
+        if tls {
+            use std::os::unix::fs::PermissionsExt;
+            crate::make_certificates(&dir).expect("certificates");
+            // PostgreSQL refuses a key that others may read.
+            std::fs::set_permissions(
+                dir.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .expect("chmod server.key");
+        }
         if !as_postgres().is_empty() {
             let status = Command::new("chown")
                 .args(["-R", "postgres"])
@@ -55,6 +86,7 @@ impl PostgresServer {
             dir,
             port: 0,
             running: false,
+            tls,
         };
         let data = server.data();
         server.tool(
@@ -103,11 +135,19 @@ impl PostgresServer {
     }
 
     fn try_start(&mut self) -> bool {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
             self.port,
             self.dir.display()
         );
+        if self.tls {
+            let file = |name: &str| self.dir.join(name).display().to_string();
+            options += &format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                file("server.crt"),
+                file("server.key")
+            );
+        }
         let log = self.dir.join("postgres.log").display().to_string();
         let data = self.data();
         self.running = self.run(

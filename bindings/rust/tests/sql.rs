@@ -518,3 +518,38 @@ async fn what_sql_cannot_do_is_refused_with_a_typed_error<D: Db>() {
         assert!(!format!("{err} {err:?}").contains("hunter2"), "{err:?}");
     }
 }
+
+/// `sslmode=verify-full` with the server's CA: every connection is TLS, verified; without the
+/// CA (the system's roots do not know it) the client refuses to connect; plain TCP otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_verifies_the_server() {
+    let pg = match PostgresServer::start_tls() {
+        Ok(pg) => pg,
+        Err(why) => panic!("no TLS server: {why}"),
+    };
+    let ca = pg.ca_file().display().to_string();
+    let url = format!("{}?sslmode=verify-full&sslrootcert={ca}", pg.url());
+    let client = connect(&url).await.unwrap();
+    let guard = client.lock("tls").acquire().await.unwrap();
+    assert_eq!(
+        pg.psql("SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'"),
+        "t"
+    );
+    guard.release().await.unwrap();
+    let err = connect(&format!("{}?sslmode=require", pg.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_backend() && err.to_string().contains("certificate"),
+        "{err}"
+    );
+    let err = connect(&format!("{}?sslrootcert={ca}", pg.url()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl(_)), "{err:?}");
+    assert!(
+        connect(&format!("{}?sslmode=disable", pg.url()))
+            .await
+            .is_ok()
+    );
+}

@@ -37,7 +37,7 @@ pub(crate) enum Backend {
     Memory(String),
     /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]`.
     ZooKeeper(ZkUrl),
-    /// `postgres://[user:password@]host[:port][/dbname][?table_prefix=P&…]` (or
+    /// `postgres://[user:password@]host[:port][/dbname][?table_prefix=P&sslmode=…&…]` (or
     /// `postgresql://`).
     Postgres(PgUrl),
     /// `mysql://[user:password@]host[:port]/database[?table_prefix=P&poll_interval_ms=N&…]`
@@ -87,7 +87,7 @@ pub const BACKENDS: &[Scheme] = &[
     Scheme {
         name: "postgres",
         form: "postgres://[user:password@]host[:port][/dbname][?table_prefix=dlock_]",
-        about: "PostgreSQL (also postgresql://): the database's clock, NOTIFY wake-ups",
+        about: "PostgreSQL (also postgresql://; TLS verified with sslmode=require or verify-full, CA file sslrootcert=): the database's clock, NOTIFY wake-ups",
     },
     Scheme {
         name: "mysql",

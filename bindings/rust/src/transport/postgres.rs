@@ -7,50 +7,67 @@
 //! When the client connects it checks for the protocol's functions and, if they are missing,
 //! creates the tables and functions under an advisory lock, so clients starting together do
 //! not race their DDL.
+//!
+//! TLS: `sslmode=require`, `verify-ca` or `verify-full` connect with rustls and verify the
+//! server's certificate and name against the system's roots (or `SSL_CERT_FILE`), or against
+//! the CA file `sslrootcert=` names — stricter than libpq's `require`, which checks nothing.
+//! Without one of them (`disable`, `prefer`, the default) the connections are plain TCP.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock_core::sql::{Param, ParamType, SqlOp, SqlSettings, SqlValue, Statement};
 use dlock_core::{Input, Notice, Reply, Response, TransportError};
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::Pending;
 use crate::{Error, redact};
 
-/// A `postgres://` or `postgresql://` URL: the driver's settings and the table prefix.
+/// A `postgres://` or `postgresql://` URL: the driver's settings, the table prefix and TLS.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct PgUrl {
     /// The URL without dlock's own parameters, for the driver.
     url: String,
     pub(crate) settings: SqlSettings,
+    /// TLS, verified: against this CA file (`sslrootcert`), or the system's roots.
+    tls: Option<Option<String>>,
 }
 
 impl PgUrl {
-    /// Parses `url` (`shown` is the URL as messages show it): dlock takes `table_prefix` from
-    /// the query; everything else goes to the driver, which knows `user`, `password`, `host`,
-    /// `port`, `dbname`, `connect_timeout`, `application_name`, `sslmode` (only `disable` or
-    /// `prefer`: this build has no TLS for PostgreSQL), …
+    /// Parses `url` (`shown` is the URL as messages show it): dlock takes `table_prefix`,
+    /// `sslmode` and `sslrootcert` from the query; everything else goes to the driver, which
+    /// knows `user`, `password`, `host`, `port`, `dbname`, `connect_timeout`,
+    /// `application_name`, …
     pub(crate) fn parse(shown: &str, url: &str) -> Result<PgUrl, Error> {
         let bad = |why: String| Error::InvalidUrl(format!("{shown:?}{why}"));
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut settings = SqlSettings::new(dlock_core::sql::Dialect::Postgres);
         let mut rest = Vec::new();
+        let (mut verify, mut root) = (false, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("table_prefix", prefix)) => prefix.clone_into(&mut settings.table_prefix),
-                Some(("sslmode", "require" | "verify-ca" | "verify-full")) => {
-                    return Err(bad(
-                        ": sslmode=require is not supported yet (this build connects to PostgreSQL without TLS)"
-                            .into(),
-                    ));
+                Some(("sslmode", "disable" | "prefer" | "allow")) => verify = false,
+                Some(("sslmode", "require" | "verify-ca" | "verify-full")) => verify = true,
+                Some(("sslmode", other)) => {
+                    return Err(bad(format!(
+                        ": sslmode={other:?} (use disable, prefer, require, verify-ca or verify-full)"
+                    )));
                 }
+                Some(("sslrootcert", path)) => root = Some(path.to_owned()),
                 _ => rest.push(pair),
             }
+        }
+        if root.is_some() && !verify {
+            return Err(bad(
+                ": sslrootcert needs sslmode=require, verify-ca or verify-full".into(),
+            ));
         }
         settings.check().map_err(|e| bad(format!(": {e}")))?;
         let url = if rest.is_empty() {
@@ -64,7 +81,44 @@ impl PgUrl {
         if config.get_hosts().is_empty() {
             return Err(bad(" names no host".into()));
         }
-        Ok(PgUrl { url, settings })
+        Ok(PgUrl {
+            url,
+            settings,
+            tls: verify.then_some(root),
+        })
+    }
+
+    /// What the connections are made with: plain TCP, or rustls verifying the server.
+    fn connector(&self) -> Result<Connector, String> {
+        let Some(root) = &self.tls else {
+            return Ok(Connector::Plain);
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        match root {
+            Some(path) => {
+                use rustls::pki_types::pem::PemObject;
+                let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                    .map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
+                for cert in certs {
+                    let cert = cert.map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
+                }
+            }
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Connector::Rustls(MakeRustlsConnect::new(config)))
     }
 
     /// `postgres://host:port/db`, as logs and `Debug` show it (no user or password).
@@ -74,6 +128,9 @@ impl PgUrl {
 
     fn config(&self) -> tokio_postgres::Config {
         let mut config: tokio_postgres::Config = self.url.parse().expect("checked by parse");
+        if self.tls.is_some() {
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
@@ -81,6 +138,37 @@ impl PgUrl {
             config.application_name("dlock");
         }
         config
+    }
+}
+
+/// How connections are made.
+#[derive(Clone)]
+enum Connector {
+    Plain,
+    Rustls(MakeRustlsConnect),
+}
+
+/// What drives a connection: its messages (notifications), until it ends.
+type Messages = Pin<Box<dyn Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Send>>;
+
+impl Connector {
+    /// Opens one connection: its client, and the stream that drives it.
+    async fn open(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(Client, Messages), tokio_postgres::Error> {
+        Ok(match self {
+            Connector::Plain => {
+                let (client, mut connection) = config.connect(NoTls).await?;
+                let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                (client, Box::pin(messages))
+            }
+            Connector::Rustls(tls) => {
+                let (client, mut connection) = config.connect(tls.clone()).await?;
+                let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                (client, Box::pin(messages))
+            }
+        })
     }
 }
 
@@ -126,13 +214,14 @@ impl PgTransport {
             Error::Connect(redact(&format!("{}: {}", url.shown(), error_text(&e))))
         };
         let config = url.config();
-        let (client, connection) = config.connect(NoTls).await.map_err(fail)?;
+        let connector = url
+            .connector()
+            .map_err(|e| Error::Connect(redact(&format!("{}: TLS: {e}", url.shown()))))?;
+        let (client, messages) = connector.open(&config).await.map_err(fail)?;
         let statements = Arc::new(Link {
             client: Mutex::new(Some(Arc::new(client))),
         });
-        let first = tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let first = tokio::spawn(forward(messages, None));
         let client = statements.get().expect("just connected");
         ensure_schema(&client, &url.settings).await.map_err(|e| {
             first.abort();
@@ -143,17 +232,29 @@ impl PgTransport {
             )))
         })?;
 
-        let (listen_client, mut connection) = config.connect(NoTls).await.map_err(fail)?;
+        let (listen_client, messages) = connector.open(&config).await.map_err(fail)?;
         let listen = Arc::new(Link {
             client: Mutex::new(Some(Arc::new(listen_client))),
         });
-        let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-        let first_listen = tokio::spawn(forward(messages, inbox.clone()));
+        let first_listen = tokio::spawn(forward(messages, Some(inbox.clone())));
 
         let tasks = vec![
-            tokio::spawn(supervise(config.clone(), statements.clone(), first, None)).abort_handle(),
-            tokio::spawn(supervise(config, listen.clone(), first_listen, Some(inbox)))
-                .abort_handle(),
+            tokio::spawn(supervise(
+                config.clone(),
+                connector.clone(),
+                statements.clone(),
+                first,
+                None,
+            ))
+            .abort_handle(),
+            tokio::spawn(supervise(
+                config,
+                connector,
+                listen.clone(),
+                first_listen,
+                Some(inbox),
+            ))
+            .abort_handle(),
         ];
         Ok(Self {
             statements,
@@ -201,6 +302,7 @@ impl PgTransport {
 /// connection's loss and return.
 async fn supervise(
     config: tokio_postgres::Config,
+    connector: Connector,
     link: Arc<Link>,
     mut running: tokio::task::JoinHandle<()>,
     inbox: Option<UnboundedSender<Input>>,
@@ -212,8 +314,8 @@ async fn supervise(
             let _ = inbox.send(Input::Notice(Notice::Disconnected));
         }
         let mut backoff = Duration::from_millis(50);
-        let (client, connection) = loop {
-            match config.connect(NoTls).await {
+        let (client, messages) = loop {
+            match connector.open(&config).await {
                 Ok(pair) => break pair,
                 Err(e) => {
                     tracing::debug!(error = %error_text(&e), "PostgreSQL reconnect failed");
@@ -223,28 +325,18 @@ async fn supervise(
             }
         };
         link.set(Some(Arc::new(client)));
-        running = match &inbox {
-            Some(inbox) => {
-                let mut connection = connection;
-                let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-                let task = tokio::spawn(forward(messages, inbox.clone()));
-                let _ = inbox.send(Input::Notice(Notice::Connected));
-                task
-            }
-            None => tokio::spawn(async move {
-                let _ = connection.await;
-            }),
-        };
+        running = tokio::spawn(forward(messages, inbox.clone()));
+        if let Some(inbox) = &inbox {
+            let _ = inbox.send(Input::Notice(Notice::Connected));
+        }
     }
 }
 
-/// Drives a `LISTEN` connection, passing its notifications to the engine, until it ends.
-async fn forward(
-    mut messages: impl futures_util::Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Unpin,
-    inbox: UnboundedSender<Input>,
-) {
+/// Drives a connection until it ends, passing its notifications to the engine (a `LISTEN`
+/// connection's `inbox`).
+async fn forward(mut messages: Messages, inbox: Option<UnboundedSender<Input>>) {
     while let Some(Ok(message)) = messages.next().await {
-        if let AsyncMessage::Notification(n) = message {
+        if let (AsyncMessage::Notification(n), Some(inbox)) = (message, &inbox) {
             let notice = Notice::Message {
                 channel: n.channel().to_owned(),
                 payload: n.payload().as_bytes().to_vec(),
@@ -324,12 +416,19 @@ fn retryable(e: &tokio_postgres::Error) -> bool {
     )
 }
 
-/// The driver's error with the server's message and SQLSTATE, when it has them.
+/// The driver's error with the server's message and SQLSTATE, when it has them, else with
+/// its causes (a TLS handshake names the certificate it refused).
 fn error_text(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
     }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    text
 }
 
 fn transport_error(e: tokio_postgres::Error) -> TransportError {
