@@ -84,6 +84,39 @@ def test_asyncio_waiter_is_handed_the_lock(database_url: str) -> None:
     asyncio.run(main())
 
 
+def test_fenced_update_helper_on_both_databases(postgres: PostgresServer, mariadb: MariadbServer) -> None:
+    import pymysql
+
+    import dlock.sql
+
+    connections = [
+        (postgres.url, psycopg.connect(postgres.dsn, autocommit=True)),
+        (mariadb.url, pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root", database="dlock", autocommit=True)),
+    ]
+    for url, db in connections:
+        cursor = db.cursor()
+        cursor.execute("CREATE TABLE stock (item varchar(40) PRIMARY KEY, quantity int NOT NULL, fence bigint NOT NULL DEFAULT 0)")
+        cursor.execute("INSERT INTO stock (item, quantity) VALUES ('widget', 10)")
+        old, new = dlock.connect(url), dlock.connect(url)
+        stale = old.lock("stock/widget", max_hold=0.15).acquire()
+        with new.lock("stock/widget", wait=10.0) as fresh:
+            assert dlock.sql.fenced_update(db, "stock", {"item": "widget"}, {"quantity": 9}, fresh.fencing_token)
+        assert not dlock.sql.fenced_update(db, "stock", {"item": "widget"}, {"quantity": 11}, stale.fencing_token)
+        cursor.execute("SELECT quantity, fence FROM stock WHERE item = 'widget'")
+        assert tuple(cursor.fetchone()) == (9, fresh.fencing_token)
+        for bad in (
+            lambda: dlock.sql.fenced_update(db, "stock; DROP TABLE stock", {"item": "widget"}, {"quantity": 1}, 5),
+            lambda: dlock.sql.fenced_update(db, "stock", {"item": "widget"}, {"quantity = 0 --": 1}, 5),
+            lambda: dlock.sql.fenced_update(db, "stock", {}, {"quantity": 1}, 5),
+            lambda: dlock.sql.fenced_update(db, "stock", {"item": "widget"}, {"quantity": 1}, 0),
+        ):
+            with pytest.raises(dlock.InvalidArgument):
+                bad()
+        cursor.execute("SELECT quantity FROM stock WHERE item = 'widget'")
+        assert tuple(cursor.fetchone()) == (9,), "nothing was sent"
+        db.close()
+
+
 # The seed's optimistic lock, fenced: the lock's fencing token doubles as the row's version.
 # The update applies only under a token at least as new as the last one written, in the
 # caller's own transaction; `rowcount == 0` means this holder's lock was lost meanwhile.
