@@ -864,6 +864,14 @@ mod tests {
             channel: "c".into(),
             payload: vec![0xc3],
         }));
+        roundtrip(Input::Reply {
+            id: dlock_core::RequestId(7),
+            reply: Ok(Response::Sql(vec![
+                SqlValue::Int(2),
+                SqlValue::Null,
+                SqlValue::Text("c1-1 c2-1".into()),
+            ])),
+        });
     }
 
     #[test]
@@ -882,7 +890,11 @@ mod tests {
         assert_eq!(err(json!([1])), "input: expected an object");
         assert_eq!(
             err(json!({"type": "reply", "id": 1})),
-            "input: a reply has exactly one of \"value\" (Redis), \"zk\" or \"error\""
+            "input: a reply has exactly one of \"value\" (Redis), \"zk\", \"sql\" or \"error\""
+        );
+        assert_eq!(
+            err(json!({"type": "reply", "id": 1, "sql": [1, true]})),
+            "input.sql[1]: expected null, an integer or a string"
         );
         assert_eq!(
             err(json!({"type": "reply", "id": 1, "value": {"hex": "f"}})),
