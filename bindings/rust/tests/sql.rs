@@ -63,7 +63,8 @@ impl Db for PostgresServer {
         vec![
             format!("postgres://postgres@127.0.0.1:{port}/postgres?table_prefix=Bad-Prefix"),
             format!("postgres://postgres@127.0.0.1:{port}/postgres?table_prefix="),
-            format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=require"),
+            format!("postgres://postgres@127.0.0.1:{port}/postgres?sslmode=bogus"),
+            format!("postgres://postgres@127.0.0.1:{port}/postgres?sslrootcert=/ca.pem"),
             format!("postgresql://postgres@127.0.0.1:{port}/postgres?no_such_option=1"),
             "postgres://".to_owned(),
         ]

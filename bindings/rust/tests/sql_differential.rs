@@ -236,6 +236,55 @@ fn near(a: Option<u64>, b: Option<u64>, slack_us: u64) -> bool {
     }
 }
 
+/// The database's tables and the reference's agree: the same rows, queue and fencing
+/// counter, expiry times within `slack_us`.
+fn agree(
+    real: &(Rows, Queue, i64),
+    reference: &(Rows, Queue, i64),
+    slack_us: u64,
+) -> Result<(), String> {
+    let ((rows, queue, fence), (ref_rows, ref_queue, ref_fence)) = (real, reference);
+    let keys = |r: &Rows| {
+        r.iter()
+            .map(|(n, (k, _))| (n.clone(), k.clone()))
+            .collect::<Vec<_>>()
+    };
+    if keys(rows) != keys(ref_rows) {
+        return Err(format!(
+            "rows {:?}, the database's {:?}",
+            keys(ref_rows),
+            keys(rows)
+        ));
+    }
+    for (name, (_, expires)) in rows {
+        let theirs = ref_rows[name].1;
+        if !near(*expires, theirs, slack_us) {
+            return Err(format!(
+                "{name}'s expiry {theirs:?}, the database's {expires:?}"
+            ));
+        }
+    }
+    let owners = |q: &Queue| q.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    if owners(queue) != owners(ref_queue) {
+        return Err(format!(
+            "queue {:?}, the database's {:?}",
+            owners(ref_queue),
+            owners(queue)
+        ));
+    }
+    for (real_w, ref_w) in queue.iter().zip(ref_queue) {
+        if !near(Some(real_w.1), Some(ref_w.1), slack_us) {
+            return Err(format!("deadline of {:?}", real_w.0));
+        }
+    }
+    if fence != ref_fence {
+        return Err(format!(
+            "fencing counter {ref_fence}, the database's {fence}"
+        ));
+    }
+    Ok(())
+}
+
 /// The reference takes the database's expiry times (checked near its own already).
 fn take_expiries(store: &mut Store, rows: &Rows, queue: &Queue) {
     for (name, (_, expires)) in rows {
@@ -369,51 +418,35 @@ async fn differential(url: &str, seeds: u64, steps: usize) {
             let got = real.run(&op).await;
             let t1 = real.now_us().await;
             let slack = ((t1 - t0) / 1000 + 2) as i64;
+            let real_state = real.state().await;
+            let at = format!("{dialect:?} seed {seed} step {step}, after {op:?}");
+            // The reference at the first reading, else at the second: the one whose reply and
+            // tables agree with the database's (a reply alone may not tell, e.g. which waiter a
+            // DEQUEUE handed the lock to when one's deadline fell between the readings).
+            let mut tried = Vec::new();
             let mut agreed = None;
             for t in [t0, t1] {
                 let mut candidate = store.clone();
                 let outcome = candidate.exec(t, &op).unwrap();
-                if same(*statement, &got, &outcome.values, slack) {
-                    agreed = Some(candidate);
-                    break;
+                let verdict = if same(*statement, &got, &outcome.values, slack) {
+                    agree(&real_state, &reference_state(&candidate), t1 - t0 + 1)
+                } else {
+                    Err(format!("replied {:?}", outcome.values))
+                };
+                match verdict {
+                    Ok(()) => {
+                        agreed = Some(candidate);
+                        break;
+                    }
+                    Err(why) => tried.push(format!("at {t}: {why}")),
                 }
             }
             let Some(next) = agreed else {
-                panic!(
-                    "{dialect:?} seed {seed} step {step}: {op:?}\n  real {got:?}\n  reference {:?} (at {t0}) / {:?} (at {t1})",
-                    store.clone().exec(t0, &op).unwrap().values,
-                    store.clone().exec(t1, &op).unwrap().values,
-                );
+                panic!("{at}: the database replied {got:?}; the reference {tried:?}");
             };
             store = next;
-            let (rows, queue, fence) = real.state().await;
-            let (ref_rows, ref_queue, ref_fence) = reference_state(&store);
-            let at = format!("{dialect:?} seed {seed} step {step}, after {op:?}");
-            let slack_us = t1 - t0 + 1;
-            let keys = |r: &Rows| {
-                r.iter()
-                    .map(|(n, (k, _))| (n.clone(), k.clone()))
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(keys(&rows), keys(&ref_rows), "{at}: rows");
-            for (name, (_, expires)) in &rows {
-                let theirs = ref_rows[name].1;
-                assert!(
-                    near(*expires, theirs, slack_us),
-                    "{at}: {name}'s expiry {expires:?} / {theirs:?}"
-                );
-            }
-            let owners = |q: &Queue| q.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
-            assert_eq!(owners(&queue), owners(&ref_queue), "{at}: queue");
-            for (real_w, ref_w) in queue.iter().zip(&ref_queue) {
-                assert!(
-                    near(Some(real_w.1), Some(ref_w.1), slack_us),
-                    "{at}: deadline of {:?}",
-                    real_w.0
-                );
-            }
-            assert_eq!(fence, ref_fence, "{at}: fencing counter");
-            take_expiries(&mut store, &rows, &queue);
+            let (rows, queue, _) = &real_state;
+            take_expiries(&mut store, rows, queue);
             compared += 1;
             // Now and then let short leases and waiter deadlines run out.
             if rng.chance(100) {
