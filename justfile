@@ -84,7 +84,8 @@ node-test:
 # Live mixed-language contention on Redis, then ZooKeeper: Rust, Rust+Wasm, Python and Node
 # workers share one lock (needs the wheel and the addon that python-test and node-test build).
 interop:
-    cargo test -p dlock-contract --test contention -- --ignored --nocapture
+    # One backend pair at a time: eight workers and their servers each, on a shared machine.
+    cargo test -p dlock-contract --test contention -- --ignored --nocapture --test-threads=1
 
 # The fault suite in full (tests/faults): every scenario, or those named, for ROUNDS rounds;
 # prints the table and writes tests/faults/results/latest.md. `just test` runs one round.
