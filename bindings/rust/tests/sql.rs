@@ -4,7 +4,7 @@
 //! `DLOCK_TEST_ENGINE=wasm` every client runs the engine from its WebAssembly component.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::{Error, LostReason};
 use dlock_testkit::{MariadbServer, PostgresServer};
@@ -23,6 +23,8 @@ trait Db: Sized {
     fn query(&self, sql: &str) -> String;
     /// The database's "now" in SQL.
     const NOW: &'static str;
+    /// `expires_at` as µs on the database's clock, in SQL.
+    const EXPIRES_US: &'static str;
     /// Kills the crash-like way and starts again on the same data.
     fn restart(&mut self);
     /// Kills every connection of the dlock clients; how many.
@@ -57,6 +59,7 @@ impl Db for PostgresServer {
         self.psql(sql)
     }
     const NOW: &'static str = "now()";
+    const EXPIRES_US: &'static str = "(extract(epoch FROM expires_at) * 1000000)::bigint";
     const TAKES_NUL: bool = false;
     fn bad_urls(&self) -> Vec<String> {
         let port = self.port();
@@ -99,6 +102,7 @@ impl Db for MariadbServer {
         self.sql(sql).replace('\t', "|")
     }
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
+    const EXPIRES_US: &'static str = "CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED)";
     const TAKES_NUL: bool = true;
     fn bad_urls(&self) -> Vec<String> {
         let port = self.port();
@@ -334,22 +338,32 @@ async fn fencing_tokens_grow_across_row_deletion_and_a_database_restart<D: Db>()
 }
 
 /// A holder that dies without releasing keeps the lock until its lease runs out by the
-/// database's clock; then the waiter at the head takes it with a newer token.
+/// database's clock; then the waiter at the head takes it with a newer token. Both instants
+/// are read from the database's clock, never from this process's.
 async fn a_dead_holders_lock_goes_to_the_waiter_after_its_lease<D: Db>() {
     let pg = D::start();
     let client = connect(&pg.url()).await.unwrap();
     let first = pg.acquire_raw("abandoned", "dead-holder", 400);
-    let started = Instant::now();
+    let expires = |pg: &D| -> i64 {
+        let sql = format!(
+            "SELECT {} FROM dlock_lock WHERE name = 'abandoned'",
+            D::EXPIRES_US
+        );
+        pg.query(&sql).parse().unwrap()
+    };
+    let dead_until = expires(&pg);
+    let lease = Duration::from_secs(60); // no renewal before the check below
     let guard = client
         .lock("abandoned")
+        .lease(lease)
         .wait(Duration::from_secs(30))
         .acquire()
         .await
         .unwrap();
+    let granted_at = expires(&pg) - lease.as_micros() as i64;
     assert!(
-        started.elapsed() >= 300 * MS,
-        "acquired after {:?}, before the dead holder's lease ran out",
-        started.elapsed()
+        granted_at >= dead_until,
+        "granted at {granted_at} µs, before the dead holder's lease ran out at {dead_until} µs"
     );
     assert!(guard.fencing_token() > first);
 }
@@ -401,7 +415,7 @@ async fn killed_connections_come_back_and_keep_the_hold<D: Db>() {
     );
     // The hold is still ours: an extend on the new connection confirms it.
     let mut extended = guard.extend(Duration::from_secs(60)).await;
-    for _ in 0..50 {
+    for _ in 0..300 {
         if extended.is_ok() {
             break;
         }
@@ -433,7 +447,7 @@ async fn a_hold_survives_a_database_restart_within_its_lease<D: Db>() {
         .unwrap();
     pg.restart();
     let mut status = client.status("durable").await;
-    for _ in 0..100 {
+    for _ in 0..300 {
         if status.is_ok() {
             break;
         }
