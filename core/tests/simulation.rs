@@ -28,12 +28,12 @@
 //!    held the lock (paused, or not yet told) and had not released it;
 //! 5. multi-locks are all or none: an acquired multi-lock holds exactly the names asked for
 //!    (in canonical order), each a new tenure checked by 1, 2 and 4;
-//! 6. semaphores (Redis and ZooKeeper; `pool` has 2 permits, `a{b}c` 3, apart from the lock
+//! 6. semaphores (Redis, SQL and ZooKeeper; `pool` has 2 permits, `a{b}c` 3, apart from the lock
 //!    `a{b}c`):
 //!    never more permits held with validity left than the semaphore has — nor, counting
 //!    permits whose holder lapsed less than its lock-delay ago, when a new permit starts —
 //!    and no fencing token given to two permits of one semaphore;
-//! 7. read-write locks (Redis and ZooKeeper; `doc`, and `orders/42` apart from the lock): never a
+//! 7. read-write locks (Redis, SQL and ZooKeeper; `doc`, and `orders/42` apart from the lock): never a
 //!    writer beside another writer or a reader with validity left — except the writer's own
 //!    owner's read hold (downgrade) — nor, when a hold starts, beside a holder of another
 //!    owner that lapsed less than its lock-delay ago; every hold a new fencing token, a
@@ -1243,8 +1243,8 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            if (40..50).contains(&roll) && self.redlock.is_none() && self.sql.is_none() {
-                // A read or write hold of a read-write lock (Redis, ZooKeeper), never an upgrade: an
+            if (40..50).contains(&roll) && self.redlock.is_none() {
+                // A read or write hold of a read-write lock (not Redlock), never an upgrade: an
                 // owner that holds or waits for a read hold does not ask to write.
                 let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
                 let owner = self.rng.range(1, 2);
@@ -1285,8 +1285,8 @@ impl World {
                     })
                 });
             }
-            if (50..60).contains(&roll) && self.redlock.is_none() && self.sql.is_none() {
-                // A permit of a semaphore (Redis and ZooKeeper).
+            if (50..60).contains(&roll) && self.redlock.is_none() {
+                // A permit of a semaphore (not Redlock).
                 let (name, permits) = *self.rng.pick(&SEMAPHORES);
                 let fair = self.zk.is_some() || !self.rng.chance(333);
                 let kind = OpKind::AcquirePermit {

@@ -30,9 +30,28 @@ for (const [kind, start] of Object.entries(databases)) {
     await b.close()
   })
 
-  test(`what SQL does not offer is refused with a typed error on ${kind}`, async () => {
-    const client = await connect(db.url)
-    await assert.rejects(client.semaphore('s', { permits: 2 }).acquire(), (e) => e.code === 'DLOCK_INVALID_ARGUMENT')
-    await client.close()
+  test(`semaphores and read-write locks on ${kind}`, async () => {
+    const a = await connect(db.url)
+    const b = await connect(db.url)
+    const first = await a.semaphore('pool', { permits: 2 }).acquire()
+    const second = await b.semaphore('pool', { permits: 2 }).acquire()
+    assert.equal(await a.semaphore('pool', { permits: 2 }).tryAcquire(), null)
+    await assert.rejects(b.semaphore('pool', { permits: 3 }).tryAcquire(), (e) => e.code === 'DLOCK_INVALID_ARGUMENT')
+    const waiting = b.semaphore('pool', { permits: 2, waitMs: 30_000 }).acquire()
+    await first.release() // queued or not yet, the waiter gets the permit given back
+    const third = await waiting
+    assert.ok(third.fencingToken > second.fencingToken)
+    await Promise.all([second.release(), third.release()])
+
+    const reader = await a.rwLock('doc').read().acquire()
+    const other = await b.rwLock('doc').read().acquire()
+    assert.equal(await b.rwLock('doc').write().tryAcquire(), null, 'a writer waits for the readers')
+    await Promise.all([reader.release(), other.release()])
+    const writer = await b.rwLock('doc').write().acquire()
+    assert.ok(writer.fencingToken > other.fencingToken)
+    assert.equal(await a.rwLock('doc').read().tryAcquire(), null, 'a reader waits for the writer')
+    await writer.release()
+    await a.close()
+    await b.close()
   })
 }

@@ -63,6 +63,36 @@ def test_reentrancy_try_acquire_and_status(database_url: str) -> None:
     assert b.lock("job", wait=0).try_acquire() is not None
 
 
+def test_semaphores_and_read_write_locks(database_url: str) -> None:
+    a, b = dlock.connect(database_url), dlock.connect(database_url)
+    first = a.semaphore("pool", permits=2).acquire()
+    second = b.semaphore("pool", permits=2).acquire()
+    assert a.semaphore("pool", permits=2).try_acquire() is None
+    with pytest.raises(dlock.InvalidArgument, match="2 permits"):
+        b.semaphore("pool", permits=3).try_acquire()
+    got: List[int] = []
+
+    def wait() -> None:
+        with b.semaphore("pool", permits=2, wait=30.0) as held:
+            got.append(held.fencing_token)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    first.release()  # queued or not yet, the waiter gets the permit given back
+    waiter.join(timeout=30)
+    assert got and got[0] > second.fencing_token
+    second.release()
+
+    reader = a.rw_lock("doc").read().acquire()
+    other = b.rw_lock("doc").read().acquire()
+    assert b.rw_lock("doc").write().try_acquire() is None, "a writer waits for the readers"
+    reader.release()
+    other.release()
+    with b.rw_lock("doc").write() as writer:
+        assert writer.fencing_token > other.fencing_token
+        assert a.rw_lock("doc").read().try_acquire() is None, "a reader waits for the writer"
+
+
 def test_asyncio_waiter_is_handed_the_lock(database_url: str) -> None:
     async def main() -> None:
         holder = await dlock.aio.connect(database_url)

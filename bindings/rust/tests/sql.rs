@@ -33,10 +33,19 @@ trait Db: Sized {
     fn bad_urls(&self) -> Vec<String>;
     /// The database stores a name with a NUL character (PostgreSQL's `text` cannot).
     const TAKES_NUL: bool;
-    /// Takes lock `name` for `token` for `lease_ms` behind dlock's back: its fencing token.
-    fn acquire_raw(&self, name: &str, token: &str, lease_ms: u64) -> u64 {
-        let sql =
-            format!("CALL dlock_acquire_v1('{name}', '{token}', {lease_ms}, 1, 'try', 3000, '')");
+    /// Takes lock `name` for `token` for `lease_ms` behind dlock's back with `function`
+    /// (`acquire`, or `permit_acquire` with `count` the number of permits): its fencing token.
+    fn acquire_raw(
+        &self,
+        function: &str,
+        name: &str,
+        token: &str,
+        lease_ms: u64,
+        count: u32,
+    ) -> u64 {
+        let sql = format!(
+            "CALL dlock_{function}_v1('{name}', '{token}', {lease_ms}, {count}, 'try', 3000, '')"
+        );
         let row = self.query(&sql);
         row.split('|')
             .nth(1)
@@ -80,9 +89,16 @@ impl Db for PostgresServer {
             .parse()
             .unwrap()
     }
-    fn acquire_raw(&self, name: &str, token: &str, lease_ms: u64) -> u64 {
+    fn acquire_raw(
+        &self,
+        function: &str,
+        name: &str,
+        token: &str,
+        lease_ms: u64,
+        count: u32,
+    ) -> u64 {
         let sql = format!(
-            "SELECT (dlock_acquire_v1('{name}', '{token}', {lease_ms}, 1, 'try', 3000, ''))[2]"
+            "SELECT (dlock_{function}_v1('{name}', '{token}', {lease_ms}, {count}, 'try', 3000, ''))[2]"
         );
         self.psql(&sql).parse().unwrap()
     }
@@ -164,7 +180,10 @@ on_both!(
     killed_connections_come_back_and_keep_the_hold,
     a_hold_survives_a_database_restart_within_its_lease,
     a_table_prefix_is_a_lock_space_of_its_own,
-    what_sql_cannot_do_is_refused_with_a_typed_error,
+    semaphores_let_in_at_most_their_permits,
+    an_abandoned_permit_goes_to_the_waiter_after_its_lease,
+    read_write_locks_let_readers_share_and_writers_alone,
+    bad_names_and_urls_are_refused_with_a_typed_error,
 );
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {
@@ -343,10 +362,10 @@ async fn fencing_tokens_grow_across_row_deletion_and_a_database_restart<D: Db>()
 async fn a_dead_holders_lock_goes_to_the_waiter_after_its_lease<D: Db>() {
     let pg = D::start();
     let client = connect(&pg.url()).await.unwrap();
-    let first = pg.acquire_raw("abandoned", "dead-holder", 400);
+    let first = pg.acquire_raw("acquire", "abandoned", "dead-holder", 400, 1);
     let expires = |pg: &D| -> i64 {
         let sql = format!(
-            "SELECT {} FROM dlock_lock WHERE name = 'abandoned'",
+            "SELECT {} FROM dlock_lock WHERE name = 'abandoned' AND kind = 'lock'",
             D::EXPIRES_US
         );
         pg.query(&sql).parse().unwrap()
@@ -483,13 +502,85 @@ async fn a_table_prefix_is_a_lock_space_of_its_own<D: Db>() {
     other.release().await.unwrap();
 }
 
-async fn what_sql_cannot_do_is_refused_with_a_typed_error<D: Db>() {
+async fn semaphores_let_in_at_most_their_permits<D: Db>() {
+    let db = D::start();
+    common::semaphore_rules(&db.url(), true).await;
+    common::semaphore_contend(&db.url(), 3, 3, 3, 4).await;
+    // The semaphore's row keeps its number of permits; its permits have gone.
+    assert_eq!(
+        db.query("SELECT permits FROM dlock_lock WHERE name = 'pool' AND kind = 'semaphore'"),
+        "3"
+    );
+    assert_eq!(
+        db.query(&format!(
+            "SELECT count(*) FROM dlock_holder WHERE name = 'pool' AND expires_at > {}",
+            D::NOW
+        )),
+        "0"
+    );
+}
+
+/// Two permits taken behind dlock's back by a client that then dies: the waiter gets one when
+/// the first lease runs out by the database's clock, with a newer token than both.
+async fn an_abandoned_permit_goes_to_the_waiter_after_its_lease<D: Db>() {
+    let db = D::start();
+    let client = connect(&db.url()).await.unwrap();
+    // The client creates the schema before the raw calls below.
+    drop(
+        client
+            .semaphore("abandoned", 2)
+            .try_acquire()
+            .await
+            .unwrap(),
+    );
+    let tokens = [
+        db.acquire_raw("permit_acquire", "abandoned", "dead-1", 400, 2),
+        db.acquire_raw("permit_acquire", "abandoned", "dead-2", 60_000, 2),
+    ];
+    let dead_until: i64 = db
+        .query(&format!(
+            "SELECT {} FROM dlock_holder WHERE owner = 'dead-1'",
+            D::EXPIRES_US
+        ))
+        .parse()
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    let guard = client
+        .semaphore("abandoned", 2)
+        .lease(lease)
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.fencing_token();
+    let granted_at: i64 = db
+        .query(&format!(
+            "SELECT {} FROM dlock_holder WHERE fence = {token}",
+            D::EXPIRES_US
+        ))
+        .parse::<i64>()
+        .unwrap()
+        - lease.as_micros() as i64;
+    assert!(
+        granted_at >= dead_until,
+        "granted at {granted_at} µs, before the dead permit's lease ran out at {dead_until} µs"
+    );
+    assert!(
+        tokens.iter().all(|t| token > *t),
+        "{token} after {tokens:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+async fn read_write_locks_let_readers_share_and_writers_alone<D: Db>() {
+    let db = D::start();
+    common::rw_rules(&db.url()).await;
+    common::rw_contend(&db.url(), 3, 3, 4).await;
+}
+
+async fn bad_names_and_urls_are_refused_with_a_typed_error<D: Db>() {
     let pg = D::start();
     let client = connect(&pg.url()).await.unwrap();
-    let err = client.semaphore("s", 2).acquire().await.unwrap_err();
-    assert!(err.is_misuse() && err.to_string().contains("SQL"), "{err}");
-    let err = client.rw_lock("rw").read().acquire().await.unwrap_err();
-    assert!(err.is_misuse() && err.to_string().contains("SQL"), "{err}");
     let long = "n".repeat(1025);
     assert!(client.lock(long).acquire().await.unwrap_err().is_misuse());
     assert_eq!(

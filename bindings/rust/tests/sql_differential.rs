@@ -24,13 +24,25 @@ enum Real {
     Mysql(mysql_async::Conn),
 }
 
-/// One table row as compared: owner, holds, fence; and its expiry (µs), compared within the
-/// time a statement took.
-type Rows = BTreeMap<String, ((Option<String>, i64, i64), Option<u64>)>;
-/// A lock row as MySQL gives it: name, owner, holds, fence, expiry (µs).
-type MysqlRow = (Vec<u8>, Option<String>, i64, i64, Option<i64>);
-/// The waiters in ticket order: name, owner, and deadline (µs).
-type Queue = Vec<((String, String), u64)>;
+/// The rows of `dlock_lock` and `dlock_holder` as compared, by (name, kind, holder's owner
+/// token or ""): owner, holds, fence, permits; and the expiry (µs), compared within the time a
+/// statement took.
+type Rows =
+    BTreeMap<(String, String, String), ((Option<String>, i64, i64, Option<i64>), Option<u64>)>;
+/// A lock row as MySQL gives it: name, kind, owner, holds, fence, permits, expiry (µs).
+type MysqlRow = (
+    Vec<u8>,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+/// A waiter: name, kind, owner, mode.
+type WaiterKey = (String, String, String, Option<String>);
+/// The waiters in ticket order, each with its deadline (µs).
+type Queue = Vec<(WaiterKey, u64)>;
 
 impl Real {
     async fn connect(url: &str) -> (Real, SqlSettings) {
@@ -145,25 +157,44 @@ impl Real {
         let us = |n: Option<i64>| n.map(|n| n as u64);
         match self {
             Real::Postgres(c) => {
-                let rows = c
+                let mut rows: Rows = c
                     .query(
-                        "SELECT name, owner, holds::bigint, fence, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_lock",
+                        "SELECT name, kind, owner, holds::bigint, fence, permits::bigint, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_lock",
                         &[],
                     )
                     .await
                     .unwrap()
                     .into_iter()
-                    .map(|r| (r.get(0), ((r.get(1), r.get(2), r.get(3)), us(r.get(4)))))
+                    .map(|r| {
+                        let key = (r.get(0), r.get(1), String::new());
+                        (key, ((r.get(2), r.get(3), r.get(4), r.get(5)), us(r.get(6))))
+                    })
                     .collect();
+                rows.extend(
+                    c.query(
+                        "SELECT name, kind, owner, holds::bigint, fence, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_holder",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| {
+                        let key = (r.get(0), r.get(1), r.get(2));
+                        (key, ((r.get(2), r.get(3), r.get(4), None), us(r.get(5))))
+                    }),
+                );
                 let queue = c
                     .query(
-                        "SELECT name, owner, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_waiter ORDER BY ticket",
+                        "SELECT name, kind, owner, mode, (extract(epoch FROM expires_at) * 1000000)::bigint FROM dlock_waiter ORDER BY ticket",
                         &[],
                     )
                     .await
                     .unwrap()
                     .into_iter()
-                    .map(|r| ((r.get(0), r.get(1)), r.get::<_, i64>(2) as u64))
+                    .map(|r| {
+                        let key = (r.get(0), r.get(1), r.get(2), r.get(3));
+                        (key, r.get::<_, i64>(4) as u64)
+                    })
                     .collect();
                 let fence: i64 = c
                     .query_one(
@@ -176,26 +207,44 @@ impl Real {
                 (rows, queue, fence)
             }
             Real::Mysql(c) => {
-                let rows: Vec<MysqlRow> = c
-                    .query("SELECT name, owner, holds, fence, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_lock")
+                let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+                let locks: Vec<mysql_async::Row> = c
+                    .query("SELECT name, kind, owner, holds, fence, permits, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_lock")
                     .await
                     .unwrap();
-                let queue: Vec<(Vec<u8>, String, i64)> = c
-                    .query("SELECT name, owner, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_waiter ORDER BY ticket")
+                let mut rows: Rows = locks
+                    .into_iter()
+                    .map(|r| {
+                        let (name, kind, owner, holds, fence, permits, e): MysqlRow =
+                            mysql_async::from_row(r);
+                        let key = (text(name), kind, String::new());
+                        (key, ((owner, holds, fence, permits), us(e)))
+                    })
+                    .collect();
+                let holders: Vec<(Vec<u8>, String, String, i64, i64, i64)> = c
+                    .query("SELECT name, kind, owner, holds, fence, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_holder")
+                    .await
+                    .unwrap();
+                rows.extend(holders.into_iter().map(|(n, k, o, h, f, e)| {
+                    (
+                        (text(n), k, o.clone()),
+                        ((Some(o), h, f, None), Some(e as u64)),
+                    )
+                }));
+                type MysqlWaiter = (Vec<u8>, String, String, Option<String>, i64);
+                let queue: Vec<MysqlWaiter> = c
+                    .query("SELECT name, kind, owner, mode, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_waiter ORDER BY ticket")
                     .await
                     .unwrap();
                 let fence: Option<i64> = c
                     .query_first("SELECT value FROM dlock_fence WHERE id = 1")
                     .await
                     .unwrap();
-                let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
                 (
-                    rows.into_iter()
-                        .map(|(n, o, h, f, e)| (text(n), ((o, h, f), us(e))))
-                        .collect(),
+                    rows,
                     queue
                         .into_iter()
-                        .map(|(n, o, e)| ((text(n), o), e as u64))
+                        .map(|(n, k, o, m, e)| ((text(n), k, o, m), e as u64))
                         .collect(),
                     fence.unwrap_or(0),
                 )
@@ -205,26 +254,40 @@ impl Real {
 }
 
 fn reference_state(store: &Store) -> (Rows, Queue, i64) {
-    let rows = store
+    let mut rows: Rows = store
         .locks
         .iter()
-        .map(|(n, r)| {
+        .map(|((n, k), r)| {
             (
-                n.clone(),
-                ((r.owner.clone(), r.holds, r.fence), r.expires_at),
+                (n.clone(), k.to_string(), String::new()),
+                ((r.owner.clone(), r.holds, r.fence, r.permits), r.expires_at),
             )
         })
         .collect();
-    let mut queue: Vec<(u64, String, String, u64)> = store
+    for ((n, k), holders) in &store.holders {
+        for (owner, h) in holders {
+            let key = (n.clone(), k.to_string(), owner.clone());
+            rows.insert(
+                key,
+                (
+                    (Some(owner.clone()), h.holds, h.fence, None),
+                    Some(h.expires_at),
+                ),
+            );
+        }
+    }
+    let mut queue: Vec<(u64, WaiterKey, u64)> = store
         .waiters
         .iter()
-        .flat_map(|(n, q)| {
-            q.iter()
-                .map(move |w| (w.ticket, n.clone(), w.owner.clone(), w.expires_at))
+        .flat_map(|((n, k), q)| {
+            q.iter().map(move |w| {
+                let key = (n.clone(), k.to_string(), w.owner.clone(), w.mode.clone());
+                (w.ticket, key, w.expires_at)
+            })
         })
         .collect();
     queue.sort();
-    let queue = queue.into_iter().map(|(_, n, o, e)| ((n, o), e)).collect();
+    let queue = queue.into_iter().map(|(_, k, e)| (k, e)).collect();
     (rows, queue, store.fence)
 }
 
@@ -256,11 +319,11 @@ fn agree(
             keys(rows)
         ));
     }
-    for (name, (_, expires)) in rows {
-        let theirs = ref_rows[name].1;
+    for (key, (_, expires)) in rows {
+        let theirs = ref_rows[key].1;
         if !near(*expires, theirs, slack_us) {
             return Err(format!(
-                "{name}'s expiry {theirs:?}, the database's {expires:?}"
+                "{key:?}'s expiry {theirs:?}, the database's {expires:?}"
             ));
         }
     }
@@ -287,15 +350,24 @@ fn agree(
 
 /// The reference takes the database's expiry times (checked near its own already).
 fn take_expiries(store: &mut Store, rows: &Rows, queue: &Queue) {
-    for (name, (_, expires)) in rows {
-        if let Some(row) = store.locks.get_mut(name) {
-            row.expires_at = *expires;
+    for ((name, kind, holder), (_, expires)) in rows {
+        let key = (name.clone(), kind_of(kind));
+        if holder.is_empty() {
+            if let Some(row) = store.locks.get_mut(&key) {
+                row.expires_at = *expires;
+            }
+        } else if let Some(h) = store
+            .holders
+            .get_mut(&key)
+            .and_then(|hs| hs.get_mut(holder))
+        {
+            h.expires_at = expires.expect("a holder's lease ends");
         }
     }
-    for ((name, owner), expires) in queue {
+    for ((name, kind, owner, _), expires) in queue {
         if let Some(w) = store
             .waiters
-            .get_mut(name)
+            .get_mut(&(name.clone(), kind_of(kind)))
             .and_then(|q| q.iter_mut().find(|w| &w.owner == owner))
         {
             w.expires_at = *expires;
@@ -303,10 +375,21 @@ fn take_expiries(store: &mut Store, rows: &Rows, queue: &Queue) {
     }
 }
 
+fn kind_of(kind: &str) -> &'static str {
+    use dlock_core::sql::reference::{LOCK, RWLOCK, SEMAPHORE};
+    [LOCK, SEMAPHORE, RWLOCK]
+        .into_iter()
+        .find(|k| *k == kind)
+        .unwrap_or_else(|| panic!("kind {kind:?}"))
+}
+
 /// Where a reply carries remaining milliseconds.
 fn pttl_at(statement: Statement, values: &[SqlValue]) -> Option<usize> {
     match (statement, values.first()) {
-        (Statement::Acquire, Some(SqlValue::Int(0 | 2))) => Some(1),
+        (
+            Statement::Acquire | Statement::PermitAcquire | Statement::RwAcquire,
+            Some(SqlValue::Int(0 | 2)),
+        ) => Some(1),
         (Statement::Status, _) => Some(3),
         _ => None,
     }
@@ -332,37 +415,75 @@ fn same(statement: Statement, real: &[SqlValue], reference: &[SqlValue], slack_m
         })
 }
 
-/// A random statement of the engine's repertoire.
+/// A random statement of the engine's repertoire: of a lock, a semaphore or a read-write
+/// lock, in every mode.
 fn random_op(rng: &mut Rng, settings: &SqlSettings) -> SqlOp {
     use dlock_core::redis::Script;
     let names = ["a", "b/ü"];
-    let tokens = ["c1-1", "c1-2", "c2-1", "c3-7"];
+    // An owner token is one hold's, of one kind, as the engine makes them.
+    let lock_tokens = ["c1-1", "c1-2", "c2-1", "c3-7"];
+    let permit_tokens = ["c1-3", "c2-2", "c2-3", "c3-8"];
+    let rw_tokens = ["c1-4", "c2-4", "c3-9", "c4-1"];
+    let tokens = [lock_tokens, permit_tokens, rw_tokens].concat();
     // Leases that end mid-run, and ones that do not.
     let leases = ["15", "45", "120", "60000"];
     let name = *rng.pick(&names);
-    let token = *rng.pick(&tokens);
     let (lease, lease2) = (*rng.pick(&leases), *rng.pick(&leases));
     let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    match rng.below(10) {
-        0..=4 => {
-            let mode = *rng.pick(&["try", "wait", "wait", "refresh"]);
-            let count = *rng.pick(&["1", "1", "2"]);
+    let mode = *rng.pick(&["try", "wait", "wait", "refresh"]);
+    let count = *rng.pick(&["1", "1", "2"]);
+    let flag = |rng: &mut Rng, a: &mut Vec<String>, word: &str| {
+        if rng.chance(200) {
+            a.push(word.into());
+        }
+    };
+    let kind = rng.below(20);
+    let token = *rng.pick(match kind {
+        0..=8 => &lock_tokens,
+        9..=12 => &permit_tokens,
+        13..=16 => &rw_tokens,
+        _ => &tokens,
+    });
+    match kind {
+        0..=5 => {
             let mut a = args(&[token, lease, count, mode, lease2]);
-            if rng.chance(200) {
-                a.push("barge".into());
-            }
+            flag(rng, &mut a, "barge");
             call(settings, Script::Acquire, &[name], &a)
         }
-        5..=6 => {
-            let count = *rng.pick(&["0", "0", "1"]);
-            let mut a = args(&[token, count]);
-            if rng.chance(200) {
-                a.push("free".into());
-            }
+        6..=7 => {
+            let mut a = args(&[token, *rng.pick(&["0", "0", "1"])]);
+            flag(rng, &mut a, "free");
             call(settings, Script::Release, &[name], &a)
         }
-        7 => call(settings, Script::Dequeue, &[name], &args(&[token])),
-        8 => match settings.dialect {
+        8 => call(settings, Script::Dequeue, &[name], &args(&[token])),
+        // A semaphore of two permits, now and then asked for with three.
+        9..=10 => {
+            let permits = *rng.pick(&["2", "2", "2", "3"]);
+            let mut a = args(&[token, lease, permits, mode, lease2]);
+            flag(rng, &mut a, "barge");
+            call(settings, Script::PermitAcquire, &[name], &a)
+        }
+        11 => {
+            let mut a = args(&[token]);
+            flag(rng, &mut a, "free");
+            call(settings, Script::PermitRelease, &[name], &a)
+        }
+        12 => call(settings, Script::PermitDequeue, &[name], &args(&[token])),
+        // Reads and writes; a read now and then as a downgrade beside another token's write.
+        13..=14 => {
+            let want = *rng.pick(&["read", "write"]);
+            let mut a = args(&[token, lease, count, mode, lease2, want]);
+            if want == "read" && rng.chance(300) {
+                a.push((*rng.pick(&rw_tokens)).into());
+            }
+            call(settings, Script::RwAcquire, &[name], &a)
+        }
+        15 => {
+            let a = args(&[token, *rng.pick(&["0", "0", "1"])]);
+            call(settings, Script::RwRelease, &[name], &a)
+        }
+        16 => call(settings, Script::RwDequeue, &[name], &args(&[token])),
+        17..=18 => match settings.dialect {
             Dialect::Postgres => {
                 let other = names.iter().find(|n| **n != name).unwrap();
                 let t2 = *rng.pick(&tokens);
@@ -393,13 +514,14 @@ async fn differential(url: &str, seeds: u64, steps: usize) {
         match &mut real {
             Real::Postgres(c) => c
                 .batch_execute(
-                    "TRUNCATE dlock_lock, dlock_waiter; ALTER SEQUENCE dlock_fence RESTART",
+                    "TRUNCATE dlock_lock, dlock_holder, dlock_waiter; ALTER SEQUENCE dlock_fence RESTART",
                 )
                 .await
                 .unwrap(),
             Real::Mysql(c) => {
                 for sql in [
                     "DELETE FROM dlock_lock",
+                    "DELETE FROM dlock_holder",
                     "DELETE FROM dlock_waiter",
                     "UPDATE dlock_fence SET value = 0",
                 ] {
@@ -460,11 +582,11 @@ async fn differential(url: &str, seeds: u64, steps: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_agrees_with_postgres() {
     let pg = PostgresServer::start();
-    differential(&pg.url(), 20, 60).await;
+    differential(&pg.url(), 20, 100).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_agrees_with_mariadb() {
     let db = MariadbServer::start();
-    differential(&db.url(), 20, 60).await;
+    differential(&db.url(), 20, 100).await;
 }

@@ -180,7 +180,10 @@ macro_rules! conversions {
                 Acquire, Release, Dequeue, Extend, Status, Raise, PermitAcquire, PermitRelease,
                 PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
             });
-            $crate::__units!(CoreStatement => Statement { Acquire, Release, Dequeue, Extend, Status });
+            $crate::__units!(CoreStatement => Statement {
+                Acquire, Release, Dequeue, Extend, Status, PermitAcquire, PermitRelease,
+                PermitDequeue, RwAcquire, RwRelease, RwDequeue
+            });
             $crate::__units!(CoreDialect => Dialect { Postgres, Mysql });
             $crate::__units!(CoreLostReason => LostReason {
                 Expired, NotOwner, MaxHold, Closed, Disconnected, SessionExpired,

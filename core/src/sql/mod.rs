@@ -2,8 +2,9 @@
 //! and for MySQL/MariaDB.
 //!
 //! The SQL backend runs the queue protocol of one Redis (§5) with the database as the server:
-//! each Lua script of a lock ([`Script::Acquire`], [`Script::Release`], [`Script::Dequeue`],
-//! [`Script::Extend`], [`Script::Status`]) is a function of the same name in the database,
+//! each Lua script of a lock, a semaphore or a read-write lock ([`Script::Acquire`],
+//! [`Script::PermitAcquire`], [`Script::RwAcquire`], …; [`Statement`] lists them) is a
+//! function of the same name in the database,
 //! which takes the lock's name where the script takes its keys, the same arguments, and
 //! replies the same integers. So the engine's lock machine is the Redis one
 //! (`redis::machine`), carried by [`SqlOp`]s instead of `EVALSHA`, and woken by `NOTIFY`
@@ -163,9 +164,16 @@ impl SqlSettings {
     pub fn params(&self, statement: Statement) -> &'static [ParamType] {
         use ParamType::*;
         match (statement, self.dialect) {
-            (Statement::Acquire, _) => &[Text, Text, Int, Int, Text, Int, Text],
+            (Statement::Acquire | Statement::PermitAcquire, _) => {
+                &[Text, Text, Int, Int, Text, Int, Text]
+            }
+            (Statement::RwAcquire, _) => &[Text, Text, Int, Int, Text, Int, Text, Text],
             (Statement::Release, _) => &[Text, Text, Int, Text],
-            (Statement::Dequeue, _) => &[Text, Text],
+            (Statement::PermitRelease, _) => &[Text, Text, Text],
+            (Statement::RwRelease, _) => &[Text, Text, Int],
+            (Statement::Dequeue | Statement::PermitDequeue | Statement::RwDequeue, _) => {
+                &[Text, Text]
+            }
             (Statement::Extend, Dialect::Postgres) => &[TextList, TextList, IntList],
             (Statement::Extend, Dialect::Mysql) => &[Text, Text, Int],
             (Statement::Status, _) => &[Text],
@@ -187,9 +195,14 @@ impl SqlSettings {
         let int = |s: &str| Param::Int(s.parse().expect("the scripts' numbers are integers"));
         let arg = |i: usize| args.get(i).map_or("", String::as_str);
         let (statement, params) = match script {
-            // name, token, lease, count, mode, waiter lease, 'barge' or ''
-            Script::Acquire => (
-                Statement::Acquire,
+            // name, token, lease, count (a semaphore: its permits), mode, waiter lease,
+            // 'barge' or ''
+            Script::Acquire | Script::PermitAcquire => (
+                if script == Script::Acquire {
+                    Statement::Acquire
+                } else {
+                    Statement::PermitAcquire
+                },
                 vec![
                     text(names[0]),
                     text(arg(0)),
@@ -200,12 +213,39 @@ impl SqlSettings {
                     text(arg(5)),
                 ],
             ),
+            // name, token, lease, count, mode, waiter lease, 'read' or 'write', and the write
+            // hold's token for a downgrade or ''
+            Script::RwAcquire => (
+                Statement::RwAcquire,
+                vec![
+                    text(names[0]),
+                    text(arg(0)),
+                    int(arg(1)),
+                    int(arg(2)),
+                    text(arg(3)),
+                    int(arg(4)),
+                    text(arg(5)),
+                    text(arg(6)),
+                ],
+            ),
             // name, token, count, 'free' or ''
             Script::Release => (
                 Statement::Release,
                 vec![text(names[0]), text(arg(0)), int(arg(1)), text(arg(2))],
             ),
+            // name, token, 'free' or ''
+            Script::PermitRelease => (
+                Statement::PermitRelease,
+                vec![text(names[0]), text(arg(0)), text(arg(1))],
+            ),
+            // name, token, count
+            Script::RwRelease => (
+                Statement::RwRelease,
+                vec![text(names[0]), text(arg(0)), int(arg(1))],
+            ),
             Script::Dequeue => (Statement::Dequeue, vec![text(names[0]), text(arg(0))]),
+            Script::PermitDequeue => (Statement::PermitDequeue, vec![text(names[0]), text(arg(0))]),
+            Script::RwDequeue => (Statement::RwDequeue, vec![text(names[0]), text(arg(0))]),
             // one name, token, lease (each hold on its own: `max_batch`)
             Script::Extend if self.dialect == Dialect::Mysql => {
                 assert_eq!(names.len(), 1, "MySQL renews one hold per statement");
@@ -249,8 +289,8 @@ impl SqlSettings {
 impl Wire for SqlSettings {
     const NAME: &'static str = "SQL";
     const WIRE: &'static str = "SQL";
-    /// Semaphores and read-write locks are not written in SQL yet.
-    const OFFERS: &'static [Primitive] = &[Primitive::Lock];
+    const OFFERS: &'static [Primitive] =
+        &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
 
     fn op(&self, op: RedisOp, names: &[&str]) -> Op {
         Op::Sql(match op {
@@ -303,18 +343,31 @@ pub enum Statement {
     Dequeue,
     Extend,
     Status,
+    PermitAcquire,
+    PermitRelease,
+    PermitDequeue,
+    RwAcquire,
+    RwRelease,
+    RwDequeue,
 }
 
 impl Statement {
-    pub const ALL: [Statement; 5] = [
+    pub const ALL: [Statement; 11] = [
         Statement::Acquire,
         Statement::Release,
         Statement::Dequeue,
         Statement::Extend,
         Statement::Status,
+        Statement::PermitAcquire,
+        Statement::PermitRelease,
+        Statement::PermitDequeue,
+        Statement::RwAcquire,
+        Statement::RwRelease,
+        Statement::RwDequeue,
     ];
 
-    /// The statement's name in docs and logs (the Lua script's).
+    /// The statement's name in docs and logs (the Lua script's): its function is
+    /// `<prefix><name>_v1`.
     pub fn name(self) -> &'static str {
         match self {
             Statement::Acquire => "acquire",
@@ -322,6 +375,12 @@ impl Statement {
             Statement::Dequeue => "dequeue",
             Statement::Extend => "extend",
             Statement::Status => "status",
+            Statement::PermitAcquire => "permit_acquire",
+            Statement::PermitRelease => "permit_release",
+            Statement::PermitDequeue => "permit_dequeue",
+            Statement::RwAcquire => "rw_acquire",
+            Statement::RwRelease => "rw_release",
+            Statement::RwDequeue => "rw_dequeue",
         }
     }
 }

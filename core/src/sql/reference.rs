@@ -10,15 +10,35 @@ use std::collections::BTreeMap;
 
 use crate::sql::{Dialect, Param, SqlOp, SqlValue, Statement};
 
-/// One lock's row.
+/// The `kind` column: a lock, a semaphore and a read-write lock of one name are apart.
+pub const LOCK: &str = "lock";
+pub const SEMAPHORE: &str = "semaphore";
+pub const RWLOCK: &str = "rwlock";
+
+/// A row's key: name and kind.
+pub type Key = (String, &'static str);
+
+/// One row of `dlock_lock`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Row {
+    /// The holder of a lock, the writer of a read-write lock.
     pub owner: Option<String>,
     pub holds: i64,
-    /// The latest fencing token of the name.
+    /// The latest fencing token of the name and kind.
     pub fence: i64,
     /// The holder's lease end, µs.
     pub expires_at: Option<u64>,
+    /// A semaphore's number of permits.
+    pub permits: Option<i64>,
+}
+
+/// One row of `dlock_holder`: a permit, or a reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub holds: i64,
+    pub fence: i64,
+    /// Its lease end, µs.
+    pub expires_at: u64,
 }
 
 /// One waiter's row.
@@ -28,6 +48,8 @@ pub struct Waiter {
     pub owner: String,
     /// Its waiter-lease deadline, µs.
     pub expires_at: u64,
+    /// What a read-write lock's waiter waits for: `read` or `write`.
+    pub mode: Option<String>,
 }
 
 /// What one statement did: its reply, and the notifications it sent (PostgreSQL), in order.
@@ -41,9 +63,11 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub struct Store {
     dialect: Dialect,
-    pub locks: BTreeMap<String, Row>,
+    pub locks: BTreeMap<Key, Row>,
+    /// Each name's holders by owner token.
+    pub holders: BTreeMap<Key, BTreeMap<String, Hold>>,
     /// Each name's waiters in ticket order.
-    pub waiters: BTreeMap<String, Vec<Waiter>>,
+    pub waiters: BTreeMap<Key, Vec<Waiter>>,
     next_ticket: u64,
     /// PostgreSQL's sequence (its last value), or MySQL's counter row.
     pub fence: i64,
@@ -54,11 +78,28 @@ fn ms(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0) * 1000
 }
 
+fn key(name: &str, kind: &'static str) -> Key {
+    (name.to_owned(), kind)
+}
+
+fn ints(v: &[i64]) -> Vec<SqlValue> {
+    v.iter().map(|n| SqlValue::Int(*n)).collect()
+}
+
+/// ms a lease ending at `e` has left at `t`; -2 when it has ended (`dlock_ms_left_v1`).
+fn ms_left(e: Option<u64>, t: u64) -> i64 {
+    match e {
+        Some(e) if e > t => ((e - t) / 1000) as i64,
+        _ => -2,
+    }
+}
+
 impl Store {
     pub fn new(dialect: Dialect) -> Self {
         Self {
             dialect,
             locks: BTreeMap::new(),
+            holders: BTreeMap::new(),
             waiters: BTreeMap::new(),
             next_ticket: 1,
             fence: 0,
@@ -83,14 +124,27 @@ impl Store {
             other => Err(format!("parameter {i} of {statement:?}: {other:?}")),
         };
         let t = now_us;
+        let acquire = || -> Result<Acquire<'_>, String> {
+            Ok(Acquire {
+                name: text(0)?,
+                token: text(1)?,
+                lease: int(2)?,
+                count: int(3)?,
+                mode: text(4)?,
+                wlease: int(5)?,
+                flag: text(6)?,
+            })
+        };
         let values = match statement {
-            Statement::Acquire => {
-                let (name, token, lease) = (text(0)?, text(1)?, int(2)?);
-                let (count, mode, wlease, flag) = (int(3)?, text(4)?, int(5)?, text(6)?);
-                self.acquire(t, name, token, lease, count, mode, wlease, flag)
-            }
+            Statement::Acquire => self.acquire(t, &acquire()?),
             Statement::Release => self.release(t, text(0)?, text(1)?, int(2)?, text(3)?),
             Statement::Dequeue => self.dequeue(t, text(0)?, text(1)?),
+            Statement::PermitAcquire => self.permit_acquire(t, &acquire()?),
+            Statement::PermitRelease => self.permit_release(t, text(0)?, text(1)?, text(2)?),
+            Statement::PermitDequeue => self.permit_dequeue(t, text(0)?, text(1)?),
+            Statement::RwAcquire => self.rw_acquire(t, &acquire()?, text(7)?),
+            Statement::RwRelease => self.rw_release(t, text(0)?, text(1)?, int(2)?),
+            Statement::RwDequeue => self.rw_dequeue(t, text(0)?, text(1)?),
             Statement::Extend => match (self.dialect, params.as_slice()) {
                 (
                     Dialect::Postgres,
@@ -115,42 +169,34 @@ impl Store {
         })
     }
 
-    /// `dlock_row_v1`: the name's row, created free if missing.
-    fn row(&mut self, name: &str) -> Row {
-        self.locks.entry(name.to_owned()).or_default().clone()
+    /// `dlock_row_v1`: the row of a name and kind, created free if missing.
+    fn row(&mut self, name: &str, kind: &'static str) -> &mut Row {
+        self.locks.entry(key(name, kind)).or_default()
     }
 
-    fn row_mut(&mut self, name: &str) -> &mut Row {
-        self.locks.entry(name.to_owned()).or_default()
+    /// The row's holder while its lease lives.
+    fn holder(&mut self, name: &str, kind: &'static str, t: u64) -> Option<String> {
+        let row = self.row(name, kind);
+        row.owner
+            .clone()
+            .filter(|_| row.expires_at.is_some_and(|e| e > t))
     }
 
-    fn held(row: &Row, t: u64) -> bool {
-        row.owner.is_some() && row.expires_at.is_some_and(|e| e > t)
-    }
-
-    /// PTTL's word: ms left, or -2 when nobody holds it.
-    fn pttl(row: &Row, t: u64) -> i64 {
-        match row.expires_at {
-            Some(e) if Self::held(row, t) => ((e - t) / 1000) as i64,
-            _ => -2,
-        }
-    }
-
-    /// `dlock_live_head_v1`: the first live waiter and its deadline, dropping dead ones
+    /// `dlock_live_head_v1`: the first live waiter, its deadline and mode, dropping dead ones
     /// ahead of it.
-    fn live_head(&mut self, name: &str, t: u64) -> Option<(String, u64)> {
-        let queue = self.waiters.get_mut(name)?;
+    fn live_head(&mut self, name: &str, kind: &'static str, t: u64) -> Option<Waiter> {
+        let queue = self.waiters.get_mut(&key(name, kind))?;
         while let Some(w) = queue.first() {
             if w.expires_at > t {
-                return Some((w.owner.clone(), w.expires_at));
+                return Some(w.clone());
             }
             queue.remove(0);
         }
         None
     }
 
-    fn remove_waiter(&mut self, name: &str, owner: &str) -> bool {
-        let Some(queue) = self.waiters.get_mut(name) else {
+    fn remove_waiter(&mut self, name: &str, kind: &'static str, owner: &str) -> bool {
+        let Some(queue) = self.waiters.get_mut(&key(name, kind)) else {
             return false;
         };
         let before = queue.len();
@@ -158,15 +204,36 @@ impl Store {
         before != queue.len()
     }
 
-    fn queued(&self, name: &str, owner: &str) -> bool {
+    fn queued(&self, name: &str, kind: &'static str, owner: &str) -> bool {
         self.waiters
-            .get(name)
+            .get(&key(name, kind))
             .is_some_and(|q| q.iter().any(|w| w.owner == owner))
     }
 
-    /// `dlock_grant_v1`: a new tenure for `owner` until `until`; its fencing token.
-    fn grant(&mut self, name: &str, owner: &str, until: u64) -> i64 {
-        let latest = self.row(name).fence;
+    /// `dlock_enqueue_v1`.
+    fn enqueue(&mut self, name: &str, kind: &'static str, owner: &str, until: u64, mode: &str) {
+        let mode = (kind == RWLOCK).then(|| mode.to_owned());
+        let queue = self.waiters.entry(key(name, kind)).or_default();
+        match queue.iter_mut().find(|w| w.owner == owner) {
+            Some(w) => {
+                w.expires_at = until;
+                w.mode = mode;
+            }
+            None => {
+                queue.push(Waiter {
+                    ticket: self.next_ticket,
+                    owner: owner.to_owned(),
+                    expires_at: until,
+                    mode,
+                });
+                self.next_ticket += 1;
+            }
+        }
+    }
+
+    /// The fencing token of a new tenure of a name and kind, recorded in its row.
+    fn next_fence(&mut self, name: &str, kind: &'static str) -> i64 {
+        let latest = self.row(name, kind).fence;
         let token = match self.dialect {
             // greatest(nextval(sequence), fence + 1): the sequence moves by one.
             Dialect::Postgres => {
@@ -179,14 +246,100 @@ impl Store {
                 self.fence
             }
         };
-        let row = self.row_mut(name);
-        *row = Row {
-            owner: Some(owner.to_owned()),
-            holds: 1,
-            fence: token,
-            expires_at: Some(until),
-        };
+        self.row(name, kind).fence = token;
         token
+    }
+
+    /// `dlock_grant_v1`: the row's new tenure for `owner` until `until`; its fencing token.
+    fn grant(&mut self, name: &str, kind: &'static str, owner: &str, until: u64) -> i64 {
+        let token = self.next_fence(name, kind);
+        let row = self.row(name, kind);
+        row.owner = Some(owner.to_owned());
+        row.holds = 1;
+        row.expires_at = Some(until);
+        token
+    }
+
+    /// `dlock_grant_hold_v1`: a new permit or read hold for `owner` until `until`.
+    fn grant_hold(&mut self, name: &str, kind: &'static str, owner: &str, until: u64) -> i64 {
+        let fence = self.next_fence(name, kind);
+        let hold = Hold {
+            holds: 1,
+            fence,
+            expires_at: until,
+        };
+        self.holders
+            .entry(key(name, kind))
+            .or_default()
+            .insert(owner.to_owned(), hold);
+        fence
+    }
+
+    /// `dlock_stretch_v1`: the row's tenure if `owner` holds it, at `count` holds, lasting
+    /// until `until` at least; its token.
+    fn stretch(
+        &mut self,
+        name: &str,
+        kind: &'static str,
+        owner: &str,
+        count: i64,
+        t: u64,
+        until: u64,
+    ) -> Option<i64> {
+        self.holder(name, kind, t).filter(|o| o == owner)?;
+        let row = self.row(name, kind);
+        row.holds = count;
+        row.expires_at = row.expires_at.max(Some(until));
+        Some(row.fence)
+    }
+
+    /// The live hold of `owner` among the holders.
+    fn hold_mut(
+        &mut self,
+        name: &str,
+        kind: &'static str,
+        owner: &str,
+        t: u64,
+    ) -> Option<&mut Hold> {
+        self.holders
+            .get_mut(&key(name, kind))?
+            .get_mut(owner)
+            .filter(|h| h.expires_at > t)
+    }
+
+    /// `dlock_stretch_hold_v1`.
+    fn stretch_hold(
+        &mut self,
+        name: &str,
+        kind: &'static str,
+        owner: &str,
+        count: i64,
+        t: u64,
+        until: u64,
+    ) -> Option<i64> {
+        let hold = self.hold_mut(name, kind, owner, t)?;
+        hold.holds = count;
+        hold.expires_at = hold.expires_at.max(until);
+        Some(hold.fence)
+    }
+
+    fn remove_hold(&mut self, name: &str, kind: &'static str, owner: &str) {
+        if let Some(holders) = self.holders.get_mut(&key(name, kind)) {
+            holders.remove(owner);
+        }
+    }
+
+    /// `dlock_live_holders_v1`: drops the holders whose lease ended; how many are left, and
+    /// the least and the most ms one has left (-2: none).
+    fn live_holders(&mut self, name: &str, kind: &'static str, t: u64) -> (i64, i64, i64) {
+        let Some(holders) = self.holders.get_mut(&key(name, kind)) else {
+            return (0, -2, -2);
+        };
+        holders.retain(|_, h| h.expires_at > t);
+        let left = holders.values().map(|h| ms_left(Some(h.expires_at), t));
+        let soonest = left.clone().min().unwrap_or(-2);
+        let last = left.max().unwrap_or(-2);
+        (holders.len() as i64, soonest, last)
     }
 
     /// `dlock_wake_v1` (PostgreSQL; MySQL wakes nobody).
@@ -198,8 +351,9 @@ impl Store {
         }
     }
 
-    fn free(&mut self, name: &str) {
-        let row = self.row_mut(name);
+    /// `dlock_free_v1`.
+    fn free(&mut self, name: &str, kind: &'static str) {
+        let row = self.row(name, kind);
         row.owner = None;
         row.holds = 0;
         row.expires_at = None;
@@ -207,68 +361,42 @@ impl Store {
 
     /// `dlock_hand_off_v1`: 1 if the first live waiter got the lock.
     fn hand_off(&mut self, name: &str, t: u64) -> i64 {
-        match self.live_head(name, t) {
+        match self.live_head(name, LOCK, t) {
             None => {
-                self.free(name);
+                self.free(name, LOCK);
                 0
             }
-            Some((head, deadline)) => {
-                self.remove_waiter(name, &head);
-                let token = self.grant(name, &head, deadline);
-                self.wake(&head, &token.to_string());
+            Some(head) => {
+                self.remove_waiter(name, LOCK, &head.owner);
+                let token = self.grant(name, LOCK, &head.owner, head.expires_at);
+                self.wake(&head.owner, &token.to_string());
                 1
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn acquire(
-        &mut self,
-        t: u64,
-        name: &str,
-        token: &str,
-        lease: i64,
-        count: i64,
-        mode: &str,
-        wlease: i64,
-        flag: &str,
-    ) -> Vec<SqlValue> {
-        let l = self.row(name);
-        let ints = |v: &[i64]| v.iter().map(|n| SqlValue::Int(*n)).collect();
-        if l.owner.as_deref() == Some(token) && Self::held(&l, t) {
-            let row = self.row_mut(name);
-            row.holds = count;
-            row.expires_at = row.expires_at.max(Some(t + ms(lease)));
-            return ints(&[1, l.fence, count]);
+    fn acquire(&mut self, t: u64, a: &Acquire<'_>) -> Vec<SqlValue> {
+        let until = t + ms(a.lease);
+        if let Some(fence) = self.stretch(a.name, LOCK, a.token, a.count, t, until) {
+            return ints(&[1, fence, a.count]);
         }
-        if mode == "refresh" && !self.queued(name, token) {
+        if a.mode == "refresh" && !self.queued(a.name, LOCK, a.token) {
             return ints(&[3]);
         }
-        if !Self::held(&l, t) {
-            let head = self.live_head(name, t);
-            if head.is_none() || head.as_ref().is_some_and(|(h, _)| h == token) || flag == "barge" {
-                self.remove_waiter(name, token);
-                let fence = self.grant(name, token, t + ms(lease));
+        let l = self.row(a.name, LOCK).clone();
+        if self.holder(a.name, LOCK, t).is_none() {
+            let head = self.live_head(a.name, LOCK, t);
+            if head.is_none_or(|h| h.owner == a.token) || a.flag == "barge" {
+                self.remove_waiter(a.name, LOCK, a.token);
+                let fence = self.grant(a.name, LOCK, a.token, until);
                 return ints(&[1, fence, 1]);
             }
         }
-        let pttl = Self::pttl(&l, t);
-        if mode == "try" {
+        let pttl = ms_left(l.expires_at, t);
+        if a.mode == "try" {
             return ints(&[0, pttl]);
         }
-        let deadline = t + ms(wlease);
-        let queue = self.waiters.entry(name.to_owned()).or_default();
-        match queue.iter_mut().find(|w| w.owner == token) {
-            Some(w) => w.expires_at = deadline,
-            None => {
-                queue.push(Waiter {
-                    ticket: self.next_ticket,
-                    owner: token.to_owned(),
-                    expires_at: deadline,
-                });
-                self.next_ticket += 1;
-            }
-        }
+        self.enqueue(a.name, LOCK, a.token, t + ms(a.wlease), "");
         ints(&[2, pttl, l.fence])
     }
 
@@ -280,19 +408,17 @@ impl Store {
         count: i64,
         flag: &str,
     ) -> Vec<SqlValue> {
-        let l = self.row(name);
-        let ints = |v: &[i64]| v.iter().map(|n| SqlValue::Int(*n)).collect();
-        if l.owner.as_deref() != Some(token) || !Self::held(&l, t) {
+        if self.holder(name, LOCK, t).as_deref() != Some(token) {
             return ints(&[0]);
         }
         if count > 0 {
-            self.row_mut(name).holds = count;
+            self.row(name, LOCK).holds = count;
             return ints(&[1, count]);
         }
         if flag == "free" {
-            self.free(name);
-            if let Some((head, _)) = self.live_head(name, t) {
-                self.wake(&head, "free");
+            self.free(name, LOCK);
+            if let Some(head) = self.live_head(name, LOCK, t) {
+                self.wake(&head.owner, "free");
             }
             return ints(&[2, 0]);
         }
@@ -301,41 +427,254 @@ impl Store {
     }
 
     fn dequeue(&mut self, t: u64, name: &str, token: &str) -> Vec<SqlValue> {
-        let l = self.row(name);
-        let result = if l.owner.as_deref() == Some(token) && Self::held(&l, t) {
+        let result = if self.holder(name, LOCK, t).as_deref() == Some(token) {
             self.hand_off(name, t);
             2
         } else {
-            i64::from(self.remove_waiter(name, token))
+            i64::from(self.remove_waiter(name, LOCK, token))
         };
-        vec![SqlValue::Int(result)]
+        ints(&[result])
     }
 
+    /// `dlock_hand_permits_v1`: up to `free` permits to the first live waiters; how many.
+    fn hand_permits(&mut self, name: &str, free: i64, t: u64) -> i64 {
+        let mut handed = 0;
+        while handed < free {
+            let Some(head) = self.live_head(name, SEMAPHORE, t) else {
+                break;
+            };
+            self.remove_waiter(name, SEMAPHORE, &head.owner);
+            let token = self.grant_hold(name, SEMAPHORE, &head.owner, head.expires_at);
+            self.wake(&head.owner, &token.to_string());
+            handed += 1;
+        }
+        handed
+    }
+
+    /// `dlock_give_back_v1`.
+    fn give_back(&mut self, name: &str, token: &str, flag: &str, t: u64) -> i64 {
+        self.remove_hold(name, SEMAPHORE, token);
+        if flag == "free" {
+            if let Some(head) = self.live_head(name, SEMAPHORE, t) {
+                self.wake(&head.owner, "free");
+            }
+            return 0;
+        }
+        let (held, _, _) = self.live_holders(name, SEMAPHORE, t);
+        let permits = self.row(name, SEMAPHORE).permits.unwrap_or(0);
+        self.hand_permits(name, permits - held, t)
+    }
+
+    fn permit_acquire(&mut self, t: u64, a: &Acquire<'_>) -> Vec<SqlValue> {
+        let (name, token, permits) = (a.name, a.token, a.count);
+        let until = t + ms(a.lease);
+        self.row(name, SEMAPHORE);
+        if let Some(fence) = self.stretch_hold(name, SEMAPHORE, token, 1, t, until) {
+            return ints(&[1, fence, 1]);
+        }
+        if a.mode == "refresh" && !self.queued(name, SEMAPHORE, token) {
+            return ints(&[3]);
+        }
+        let (held, _, _) = self.live_holders(name, SEMAPHORE, t);
+        let set = self.row(name, SEMAPHORE).permits;
+        if set != Some(permits) {
+            let head = self.live_head(name, SEMAPHORE, t);
+            if held > 0 || head.is_some() {
+                return ints(&[4, set.unwrap_or(0)]);
+            }
+            self.row(name, SEMAPHORE).permits = Some(permits);
+        }
+        let mut free = permits - held;
+        if free > 0 && a.flag == "barge" {
+            self.remove_waiter(name, SEMAPHORE, token);
+            return ints(&[1, self.grant_hold(name, SEMAPHORE, token, until), 1]);
+        }
+        free -= self.hand_permits(name, free, t);
+        if let Some(fence) = self.stretch_hold(name, SEMAPHORE, token, 1, t, until) {
+            return ints(&[1, fence, 1]);
+        }
+        if free > 0 {
+            return ints(&[1, self.grant_hold(name, SEMAPHORE, token, until), 1]);
+        }
+        let (_, soonest, _) = self.live_holders(name, SEMAPHORE, t);
+        if a.mode == "try" {
+            return ints(&[0, soonest]);
+        }
+        self.enqueue(name, SEMAPHORE, token, t + ms(a.wlease), "");
+        ints(&[2, soonest, self.row(name, SEMAPHORE).fence])
+    }
+
+    fn permit_release(&mut self, t: u64, name: &str, token: &str, flag: &str) -> Vec<SqlValue> {
+        self.row(name, SEMAPHORE);
+        if self.hold_mut(name, SEMAPHORE, token, t).is_none() {
+            return ints(&[0]);
+        }
+        ints(&[2, self.give_back(name, token, flag, t)])
+    }
+
+    fn permit_dequeue(&mut self, t: u64, name: &str, token: &str) -> Vec<SqlValue> {
+        self.row(name, SEMAPHORE);
+        if self.hold_mut(name, SEMAPHORE, token, t).is_some() {
+            self.give_back(name, token, "", t);
+            return ints(&[2]);
+        }
+        ints(&[i64::from(self.remove_waiter(name, SEMAPHORE, token))])
+    }
+
+    /// `dlock_hand_rw_v1`: how many waiters the read-write lock went to.
+    fn hand_rw(&mut self, name: &str, t: u64) -> i64 {
+        if self.holder(name, RWLOCK, t).is_some() {
+            return 0;
+        }
+        let (mut held, _, _) = self.live_holders(name, RWLOCK, t);
+        let mut handed = 0;
+        while let Some(head) = self.live_head(name, RWLOCK, t) {
+            let write = head.mode.as_deref() == Some("write");
+            if write && held > 0 {
+                break;
+            }
+            self.remove_waiter(name, RWLOCK, &head.owner);
+            handed += 1;
+            if write {
+                let token = self.grant(name, RWLOCK, &head.owner, head.expires_at);
+                self.wake(&head.owner, &token.to_string());
+                break;
+            }
+            let token = self.grant_hold(name, RWLOCK, &head.owner, head.expires_at);
+            self.wake(&head.owner, &token.to_string());
+            held += 1;
+        }
+        handed
+    }
+
+    /// `dlock_rw_ours_v1`.
+    fn rw_ours(&mut self, a: &Acquire<'_>, want: &str, t: u64, until: u64) -> Option<i64> {
+        if want == "write" {
+            self.stretch(a.name, RWLOCK, a.token, a.count, t, until)
+        } else {
+            self.stretch_hold(a.name, RWLOCK, a.token, a.count, t, until)
+        }
+    }
+
+    fn rw_acquire(&mut self, t: u64, a: &Acquire<'_>, mine: &str) -> Vec<SqlValue> {
+        let (name, token, want) = (a.name, a.token, a.flag);
+        let until = t + ms(a.lease);
+        self.row(name, RWLOCK);
+        if let Some(fence) = self.rw_ours(a, want, t, until) {
+            return ints(&[1, fence, a.count]);
+        }
+        if a.mode == "refresh" && !self.queued(name, RWLOCK, token) {
+            return ints(&[3]);
+        }
+        self.hand_rw(name, t);
+        if let Some(fence) = self.rw_ours(a, want, t, until) {
+            return ints(&[1, fence, a.count]);
+        }
+        let first = self
+            .live_head(name, RWLOCK, t)
+            .is_none_or(|h| h.owner == token);
+        let writing = self.holder(name, RWLOCK, t);
+        let (held, _, last) = self.live_holders(name, RWLOCK, t);
+        let take = if want == "write" {
+            first && writing.is_none() && held == 0
+        } else {
+            (first && writing.is_none()) || (!mine.is_empty() && writing.as_deref() == Some(mine))
+        };
+        if take {
+            self.remove_waiter(name, RWLOCK, token);
+            let fence = if want == "write" {
+                self.grant(name, RWLOCK, token, until)
+            } else {
+                self.grant_hold(name, RWLOCK, token, until)
+            };
+            return ints(&[1, fence, 1]);
+        }
+        let row = self.row(name, RWLOCK).clone();
+        let pttl = if writing.is_some() {
+            ms_left(row.expires_at, t)
+        } else {
+            last
+        };
+        if a.mode == "try" {
+            return ints(&[0, pttl]);
+        }
+        self.enqueue(name, RWLOCK, token, t + ms(a.wlease), want);
+        ints(&[2, pttl, row.fence])
+    }
+
+    fn rw_release(&mut self, t: u64, name: &str, token: &str, count: i64) -> Vec<SqlValue> {
+        let writer = self.holder(name, RWLOCK, t).as_deref() == Some(token);
+        if writer {
+            if count > 0 {
+                self.row(name, RWLOCK).holds = count;
+                return ints(&[1, count]);
+            }
+            self.free(name, RWLOCK);
+        } else {
+            let Some(hold) = self.hold_mut(name, RWLOCK, token, t) else {
+                return ints(&[0]);
+            };
+            if count > 0 {
+                hold.holds = count;
+                return ints(&[1, count]);
+            }
+            self.remove_hold(name, RWLOCK, token);
+        }
+        ints(&[2, self.hand_rw(name, t)])
+    }
+
+    fn rw_dequeue(&mut self, t: u64, name: &str, token: &str) -> Vec<SqlValue> {
+        if self.holder(name, RWLOCK, t).as_deref() == Some(token) {
+            self.free(name, RWLOCK);
+        } else if self.hold_mut(name, RWLOCK, token, t).is_some() {
+            self.remove_hold(name, RWLOCK, token);
+        } else {
+            return ints(&[i64::from(self.remove_waiter(name, RWLOCK, token))]);
+        }
+        self.hand_rw(name, t);
+        ints(&[2])
+    }
+
+    /// Any hold: a row's tenure (lock, writer) or one of the holders (permit, reader).
     fn extend(&mut self, t: u64, items: &[(&str, &str, i64)]) -> Vec<SqlValue> {
         items
             .iter()
-            .map(|(name, token, lease)| {
-                let extended = match self.locks.get_mut(*name) {
-                    Some(row) if row.owner.as_deref() == Some(*token) && Self::held(row, t) => {
-                        row.expires_at = row.expires_at.max(Some(t + ms(*lease)));
-                        1
-                    }
-                    _ => 0,
+            .map(|&(name, token, lease)| {
+                let until = t + ms(lease);
+                let live = |e: Option<u64>| e.is_some_and(|e| e > t);
+                let row = self.locks.iter_mut().find(|((n, _), r)| {
+                    n == name && r.owner.as_deref() == Some(token) && live(r.expires_at)
+                });
+                let extended = if let Some((_, row)) = row {
+                    row.expires_at = row.expires_at.max(Some(until));
+                    true
+                } else if let Some(hold) = self
+                    .holders
+                    .iter_mut()
+                    .filter(|((n, _), _)| n == name)
+                    .find_map(|(_, hs)| hs.get_mut(token).filter(|h| live(Some(h.expires_at))))
+                {
+                    hold.expires_at = hold.expires_at.max(until);
+                    true
+                } else {
+                    false
                 };
-                SqlValue::Int(extended)
+                SqlValue::Int(i64::from(extended))
             })
             .collect()
     }
 
     fn status(&mut self, t: u64, name: &str) -> Vec<SqlValue> {
-        let row = self.locks.get(name).cloned();
-        let held = row.as_ref().is_some_and(|r| Self::held(r, t));
+        let row = self.locks.get(&key(name, LOCK)).cloned();
+        let held = row
+            .as_ref()
+            .is_some_and(|r| r.owner.is_some() && r.expires_at.is_some_and(|e| e > t));
         let (owner, holds, fence, pttl, latest) = match &row {
             Some(r) if held => (
                 r.owner.clone().unwrap_or_default(),
                 r.holds,
                 r.fence,
-                Self::pttl(r, t),
+                ms_left(r.expires_at, t),
                 r.fence,
             ),
             Some(r) => (String::new(), 0, 0, -2, r.fence),
@@ -343,7 +682,7 @@ impl Store {
         };
         let waiters: Vec<String> = self
             .waiters
-            .get(name)
+            .get(&key(name, LOCK))
             .map(|q| {
                 q.iter()
                     .filter(|w| w.expires_at > t)
@@ -377,4 +716,16 @@ impl Store {
             ],
         }
     }
+}
+
+/// The arguments of an acquire (ACQUIRE, PERMIT-ACQUIRE, RW-ACQUIRE): for a semaphore,
+/// `count` is its number of permits; for a read-write lock, `flag` is `read` or `write`.
+struct Acquire<'a> {
+    name: &'a str,
+    token: &'a str,
+    lease: i64,
+    count: i64,
+    mode: &'a str,
+    wlease: i64,
+    flag: &'a str,
 }
