@@ -24,8 +24,13 @@ pub fn dir() -> PathBuf {
 
 /// Every vector file, sorted by name.
 pub fn files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir())
-        .expect("tests/vectors exists")
+    files_in(&dir())
+}
+
+/// Every vector file in `dir`, sorted by name.
+pub fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("the vectors' directory exists")
         .map(|e| e.expect("readable directory").path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();

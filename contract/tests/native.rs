@@ -22,12 +22,13 @@ fn protocol_doc_counts_the_vectors() {
             .count()
     };
     let (zk, redlock) = (count("zookeeper-"), count("redlock-"));
+    let (pg, mysql) = (count("postgres-"), count("mysql-"));
     let doc = std::fs::read_to_string(dlock_contract::dir().join("../../docs/PROTOCOL.md"))
         .expect("docs/PROTOCOL.md");
     let claim = format!(
-        "are {} conversations of one engine ({} on Redis, {zk} on\nZooKeeper, {redlock} on Redlock over three nodes)",
+        "are {} conversations of one engine ({} on Redis, {zk} on\nZooKeeper, {redlock} on Redlock over three nodes, {pg} on PostgreSQL, {mysql} on MySQL)",
         files.len(),
-        files.len() - zk - redlock
+        files.len() - zk - redlock - pg - mysql
     );
     assert!(
         doc.contains(&claim),

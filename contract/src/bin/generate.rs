@@ -15,6 +15,8 @@ use dlock::json::{config_to_json, input_to_json, output_to_json};
 use dlock_core::ZkSettings;
 use dlock_core::redis::reference::Store as RedisStore;
 use dlock_core::redis::{RedisOp, Value};
+use dlock_core::sql::reference::Store as SqlStore;
+use dlock_core::sql::{Dialect, SqlOp, SqlSettings};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
@@ -34,6 +36,7 @@ enum Server {
         store: ZkStore,
         sessions: Vec<SessionId>,
     },
+    Sql(SqlStore),
 }
 
 /// One scenario under way.
@@ -66,6 +69,10 @@ fn zookeeper() -> Protocol {
     Protocol::ZooKeeper(ZkSettings::new(Duration::from_secs(6)))
 }
 
+fn sql(dialect: Dialect) -> Protocol {
+    Protocol::Sql(SqlSettings::new(dialect))
+}
+
 impl Bed {
     fn new(name: &'static str, about: &'static str, protocol: Protocol, ghosts: usize) -> Self {
         Self::with(name, about, config(1, &protocol), ghosts)
@@ -93,7 +100,7 @@ impl Bed {
                 let sessions = configs.iter().map(|_| store.open_session()).collect();
                 Server::Zk { store, sessions }
             }
-            Protocol::Sql(_) => unreachable!("no scenario runs on SQL: its vectors are Redis's"),
+            Protocol::Sql(ref settings) => Server::Sql(SqlStore::new(settings.dialect)),
         };
         let engines = configs
             .iter()
@@ -197,6 +204,22 @@ impl Bed {
                     }
                     Err(_) => Err(TransportError::Unavailable("session expired".into())),
                 }
+            }
+            (Server::Sql(_), Op::Sql(SqlOp::Listen { .. })) => Ok(Response::Sql(Vec::new())),
+            (Server::Sql(store), Op::Sql(op)) => {
+                let outcome = store
+                    .exec(self.now.as_nanos() / 1_000, &op)
+                    .expect("a statement of the engine's");
+                for (channel, payload) in outcome.notified {
+                    if let Some(to) = self
+                        .engines
+                        .iter()
+                        .position(|e| e.wake_channel() == channel)
+                    {
+                        notices.push((to, Notice::Message { channel, payload }));
+                    }
+                }
+                Ok(Response::Sql(outcome.values))
             }
             (_, op) => panic!("{op:?} sent to the wrong server"),
         };
@@ -1169,6 +1192,46 @@ fn zk_only() -> Vec<Json> {
     out
 }
 
+/// The SQL backend's own: the semaphore and read-write lock as the database functions run
+/// them (wake-ups by NOTIFY on PostgreSQL, by the waiter's next look on MySQL).
+fn sql_only() -> Vec<Json> {
+    let mut out = Vec::new();
+    for (p, dialect) in [("postgres", Dialect::Postgres), ("mysql", Dialect::Mysql)] {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let mut b = Bed::new(
+            leak(format!("{p}-semaphore")),
+            "A semaphore of 2 permits: with both held, a waiter queues; the release of one permit hands it to the waiter with the next token.",
+            sql(dialect),
+            2,
+        );
+        b.ghost(1, permit(1, "jobs", 2, Wait::No))
+            .ghost(2, permit(1, "jobs", 2, Wait::No))
+            .command(permit(1, "jobs", 2, Wait::Forever))
+            .advance(200);
+        b.ghost(1, release(2, HoldId(1))).advance(1_000);
+        let h = b.hold(1);
+        b.command(release(2, h));
+        out.push(b.finish());
+
+        let mut b = Bed::new(
+            leak(format!("{p}-rw-lock")),
+            "A read-write lock: a writer queues behind another client's reader and is handed the lock when the reader releases; its owner then reads beside the write hold (downgrade).",
+            sql(dialect),
+            1,
+        );
+        b.ghost(1, rw(1, "jobs", 1, false, Wait::No))
+            .command(rw(1, "jobs", 1, true, Wait::Forever))
+            .advance(200);
+        b.ghost(1, release(2, HoldId(1))).advance(1_000);
+        let w = b.hold(1);
+        b.command(rw(2, "jobs", 1, false, Wait::No));
+        let r = b.hold(2);
+        b.command(release(3, w)).command(release(4, r));
+        out.push(b.finish());
+    }
+    out
+}
+
 fn main() {
     let dir = std::env::args()
         .nth(1)
@@ -1178,7 +1241,10 @@ fn main() {
     vectors.extend(common("zookeeper", &zookeeper()));
     vectors.extend(zk_only());
     vectors.extend(redlock_only());
-    for old in dlock_contract::files() {
+    vectors.extend(common("postgres", &sql(Dialect::Postgres)));
+    vectors.extend(common("mysql", &sql(Dialect::Mysql)));
+    vectors.extend(sql_only());
+    for old in dlock_contract::files_in(&dir) {
         std::fs::remove_file(old).expect("removable");
     }
     for v in &vectors {
@@ -1194,10 +1260,11 @@ fn main() {
             .count()
     };
     let (zk, redlock) = (count("zookeeper-"), count("redlock-"));
+    let (pg, mysql) = (count("postgres-"), count("mysql-"));
     println!(
-        "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper, {redlock} Redlock)",
+        "wrote {} vectors to {} ({} Redis, {zk} ZooKeeper, {redlock} Redlock, {pg} PostgreSQL, {mysql} MySQL)",
         vectors.len(),
         dir.display(),
-        vectors.len() - zk - redlock
+        vectors.len() - zk - redlock - pg - mysql
     );
 }
