@@ -135,27 +135,28 @@ bench-many n="10000":
 bench-redlock:
     cargo run --quiet --release -p dlock-bench --bin redlock
 
-# dlock on PostgreSQL and MariaDB next to pg_advisory_lock, GET_LOCK and dlock on Redis:
-# uncontended cycle, hand-off, fairness (writes bench/results/sql.md).
-bench-sql:
-    cargo run --quiet --release -p dlock-bench --bin sql
+# `just bench` on PostgreSQL and MariaDB only: dlock from Rust, Python and Node next to
+# JdbcLockRegistry, ShedLock, pg_advisory_lock and GET_LOCK (writes bench/results/postgres-mariadb.md).
+bench-sql seconds="3" cycles="2000":
+    just bench {{seconds}} {{cycles}} "" postgres,mariadb
 
 # Throughput of one hot lock, fair next to non-fair (writes bench/results/fairness.md).
 bench-fairness:
     cargo run --quiet --release -p dlock-bench --bin fairness
 
-# Every library side by side against one redis-server and one ZooKeeper it starts (release
-# builds): dlock from Rust, Wasm, Python and Node next to redis-py, python-redis-lock, pottery,
-# node-redlock, rslock, Redisson, kazoo and Curator. Peers go into target/bench-venv,
+# Every library side by side against one redis-server, one ZooKeeper, one PostgreSQL and one
+# MariaDB it starts (release builds): dlock from Rust, Wasm, Python and Node next to redis-py,
+# python-redis-lock, pottery, node-redlock, rslock, Redisson, kazoo, Curator,
+# JdbcLockRegistry, ShedLock and the databases' session locks. Peers go into target/bench-venv,
 # bench/node/node_modules and Maven's cache, never into the project. Writes
 # bench/results/latest.md and latest.svg and the README's table. `just bench 3 2000 kazoo`
 # runs only the libraries whose label matches the third argument (README untouched).
-bench seconds="3" cycles="2000" only="":
+bench seconds="3" cycles="2000" only="" backends="redis,zk,postgres,mariadb":
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/bench-venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin redis python-redis-lock pottery kazoo matplotlib
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest redis python-redis-lock pottery kazoo matplotlib
     $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
     (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
@@ -164,8 +165,8 @@ bench seconds="3" cycles="2000" only="":
     cargo build --release --quiet -p dlock-bench --bin worker
     rm -f bench/java/target/worker.jar
     if ! command -v mvn >/dev/null; then
-      echo "Maven is not installed: Redisson and Curator are skipped"
+      echo "Maven is not installed: the JVM peers are skipped"
     elif ! (cd bench/java && mvn -q -B package > ../../target/bench-maven.log 2>&1); then
-      echo "Maven could not build the JVM worker (target/bench-maven.log): Redisson and Curator are skipped"
+      echo "Maven could not build the JVM worker (target/bench-maven.log): the JVM peers are skipped"
     fi
-    $venv/bin/python bench/bench.py --seconds {{seconds}} --cycles {{cycles}} --only "{{only}}"
+    $venv/bin/python bench/bench.py --seconds {{seconds}} --cycles {{cycles}} --only "{{only}}" --backends "{{backends}}"

@@ -1,15 +1,20 @@
 """`just bench`: dlock next to the peer libraries, against the same servers, in one run.
 
-It starts one redis-server and one ZooKeeper on free loopback ports, then runs workers —
-separate OS processes, one command line for every language (see bench/src/bin/worker.rs) —
-for dlock from Rust (native and Wasm engine), Python and Node, and for the peers: redis-py
-``Lock``, python-redis-lock, pottery ``Redlock``, node-redlock, rslock, Redisson ``RLock``
-(JVM), kazoo ``Lock`` and Curator ``InterProcessMutex`` (JVM). Every library runs with its
-defaults. A peer whose worker cannot run is skipped with the reason printed.
+It starts one redis-server, one ZooKeeper, one PostgreSQL and one MariaDB on free loopback
+ports (the databases as the Python tests start them: python/tests/conftest.py), then runs
+workers — separate OS processes, one command line for every language (see
+bench/src/bin/worker.rs) — for dlock from Rust (native and Wasm engine), Python and Node, and
+for the peers: redis-py ``Lock``, python-redis-lock, pottery ``Redlock``, node-redlock, rslock,
+Redisson ``RLock`` (JVM), kazoo ``Lock``, Curator ``InterProcessMutex`` (JVM), Spring
+Integration's ``JdbcLockRegistry`` and ShedLock (JVM, on both databases), and the databases'
+own session locks as yardsticks (``pg_advisory_lock``, ``GET_LOCK``: no lease, no fence).
+Every library runs with its defaults. A peer whose worker cannot run is skipped with the
+reason printed.
 
 Measured:
 
-- raw round trips of the servers (PING, EVALSHA of ``return 1``, ZooKeeper ``exists``), from
+- raw round trips of the servers (PING, EVALSHA of ``return 1``, ZooKeeper ``exists``,
+  ``SELECT 1``), from
   Rust, measured before and after every round of the uncontended runs: the yardstick is the
   lowest p50;
 - uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
@@ -26,9 +31,11 @@ The servers run on the first CPU and every client on the others, so that every r
 crosses CPUs (as it crosses machines in production) and every library meets the same costs.
 
 Writes bench/results/latest.md, bench/results/latest.svg (hand-off distributions, 8
-workers) and the summary table between the bench markers in README.md.
+workers) and the summary table between the bench markers in README.md; a run of some
+backends only (``--backends postgres,mariadb``) writes bench/results/<backends>.md and
+leaves the rest alone.
 
-Usage: bench.py [--seconds S] [--cycles N] [--only SUBSTRING]
+Usage: bench.py [--seconds S] [--cycles N] [--only SUBSTRING] [--backends B,B…]
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python" / "tests"))
+from conftest import MariadbServer, PostgresServer  # noqa: E402 (the tests' own database servers)
+
 RESULTS = ROOT / "bench" / "results"
 HOLD_US = 1000
 WORKERS = (2, 8, 16)
@@ -61,6 +71,9 @@ WARMUP = 1.0
 ALL_CPUS = sorted(os.sched_getaffinity(0))
 SERVER_CPUS = set(ALL_CPUS[:1])
 CLIENT_CPUS = set(ALL_CPUS[1:]) or SERVER_CPUS
+# Each backend: its name in tables, and the raw round trip a lock operation is measured by.
+BACKENDS = {"redis": "Redis", "zk": "ZooKeeper", "postgres": "PostgreSQL", "mariadb": "MariaDB"}
+YARDSTICK = {"redis": "evalsha", "zk": "exists", "postgres": "postgres select", "mariadb": "mariadb select"}
 
 
 def on_servers() -> None:
@@ -75,7 +88,7 @@ def on_clients() -> None:
 class Impl:
     label: str
     language: str
-    backend: str  # "redis" or "zk"
+    backend: str  # a key of BACKENDS
     command: List[str]
     lib: str
     dlock: bool = False
@@ -141,6 +154,22 @@ def start_zookeeper(directory: Path) -> Tuple["subprocess.Popen[bytes]", str]:
     raise RuntimeError("ZooKeeper did not start")
 
 
+def pin_to_servers(pid: int) -> None:
+    """Moves a running server (every thread of it) to the servers' CPU; its later threads and
+    children inherit that."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), SERVER_CPUS)
+
+
+def start_databases(directory: Path) -> Tuple[PostgresServer, MariadbServer]:
+    postgres = PostgresServer()
+    pin_to_servers(int((postgres.data / "postmaster.pid").read_text().split()[0]))
+    (directory / "mariadb").mkdir()
+    mariadb = MariadbServer(directory / "mariadb")
+    pin_to_servers(mariadb.process.pid)
+    return postgres, mariadb
+
+
 def implementations(python: str) -> List[Impl]:
     rust = [str(ROOT / "target" / "release" / "worker")]
     py = [python, str(ROOT / "bench" / "python" / "worker.py")]
@@ -163,10 +192,19 @@ def implementations(python: str) -> List[Impl]:
         Impl("kazoo Lock", "Python", "zk", py, "kazoo"),
         Impl("Curator InterProcessMutex", "Java", "zk", java, "curator"),
     ]
+    for backend, yardstick in (("postgres", "pg_advisory_lock"), ("mariadb", "GET_LOCK")):
+        impls += [
+            Impl("dlock", "Rust", backend, rust, "dlock", dlock=True),
+            Impl("dlock", "Python", backend, py, "dlock", dlock=True),
+            Impl("dlock", "Node", backend, node, "dlock", dlock=True),
+            Impl(f"{yardstick} (session lock)", "Rust", backend, rust, yardstick),
+            Impl("JdbcLockRegistry", "Java", backend, java, "jdbc-lock-registry"),
+            Impl("ShedLock (tried every 100 ms)", "Java", backend, java, "shedlock"),
+        ]
     if not jar.exists():
         for impl in impls:
             if impl.language == "Java":
-                impl.skipped = "the JVM worker was not built (Maven could not fetch Redisson or Curator)"
+                impl.skipped = "the JVM worker was not built (Maven could not fetch its libraries)"
     return impls
 
 
@@ -294,14 +332,17 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         return next((i for i in impls if (i.label, i.language, i.backend) == (label, language, backend) and not i.skipped), None)
 
     rust = find("dlock", "Rust", "redis")
-    rust_zk = find("dlock", "Rust", "zk")
-    evalsha, exists = rtt.get("evalsha", float("nan")), rtt.get("exists", float("nan"))
+    evalsha = rtt.get("evalsha", float("nan"))
+
+    def yard(backend: str) -> float:
+        return rtt.get(YARDSTICK[backend], float("nan"))
     lines = [
         f"# dlock next to its peers ({time.strftime('%Y-%m-%d')})",
         "",
         f"Machine: {machine()}.",
-        "One redis-server and one ZooKeeper on loopback, started by `just bench` and pinned to the first CPU, every client "
-        "process on the other CPUs; every library with its defaults; "
+        "One redis-server, one ZooKeeper, one PostgreSQL (`fsync=off`, as the tests run it) and one MariaDB (its "
+        "defaults: a commit waits for its log flush) on loopback, started by `just bench` and pinned to the first CPU, "
+        "every client process on the other CPUs; every library with its defaults; "
         f"{cycles} uncontended cycles per library and round, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms and working "
         "W ms outside the lock between cycles.",
         "",
@@ -311,7 +352,9 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "| --- | ---: |",
         f"| Redis PING | {fmt(rtt.get('ping', float('nan')))} |",
         f"| Redis EVALSHA `return 1` | {fmt(evalsha)} |",
-        f"| ZooKeeper exists | {fmt(exists)} |",
+        f"| ZooKeeper exists | {fmt(rtt.get('exists', float('nan')))} |",
+        f"| PostgreSQL `SELECT 1` | {fmt(rtt.get('postgres select', float('nan')))} |",
+        f"| MariaDB `SELECT 1` | {fmt(rtt.get('mariadb select', float('nan')))} |",
         "",
         "## Uncontended acquire + release",
         "",
@@ -322,11 +365,11 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         if impl.skipped or not impl.uncontended:
             continue
         u = impl.uncontended
-        base = find("dlock", impl.language, impl.backend) or (rust if impl.backend == "redis" else rust_zk)
-        two = 2 * (evalsha if impl.backend == "redis" else exists)
+        base = find("dlock", impl.language, impl.backend) or find("dlock", "Rust", impl.backend)
+        two = 2 * yard(impl.backend)
         vs = u["p50"] / base.uncontended["p50"] if base and base.uncontended else float("nan")
         lines.append(
-            f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | {fmt(u['p50'])} | "
+            f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {fmt(u['p50'])} | "
             f"{fmt(u['p99'])} | {u['rate']:.0f} | {fmt(u['p50'] / two, 2)} | {fmt(vs, 2)} |"
         )
     lines += [
@@ -344,13 +387,12 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             h = impl.handoff.get(workers)
             if impl.skipped or not h:
                 continue
-            base = rust if impl.backend == "redis" else rust_zk
+            base = find("dlock", "Rust", impl.backend)
             base_p50 = base.handoff[workers]["p50"] if base and workers in base.handoff else float("nan")
-            yard = evalsha if impl.backend == "redis" else exists
             lines.append(
-                f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | {workers} | "
+                f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {workers} | "
                 f"{h['acquisitions']:.0f} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['p50'] / base_p50, 1)} | "
-                f"{fmt(h['p50'] / yard, 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
+                f"{fmt(h['p50'] / yard(impl.backend), 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
             )
     skipped = [f"- {i.label} ({i.language}): {i.skipped}" for i in impls if i.skipped]
     if skipped:
@@ -391,7 +433,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             continue
         h = impl.handoff.get(8, {})
         summary.append(
-            f"| {impl.label} | {impl.language} | {'Redis' if impl.backend == 'redis' else 'ZooKeeper'} | "
+            f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | "
             f"{fmt(impl.uncontended.get('p50', float('nan')))} | {fmt(h.get('p50', float('nan')))} | "
             f"{fmt(h.get('wait p99', float('nan')), 1)} | {fmt(h.get('fairness', float('nan')), 2)} |"
         )
@@ -407,8 +449,12 @@ def plot(impls: List[Impl]) -> None:
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, backend, title in zip(axes, ("redis", "zk"), ("Redis", "ZooKeeper")):
+    backends = [b for b in BACKENDS if any(i.backend == b and i.distributions.get(8) for i in impls)]
+    if not backends:
+        return
+    fig, axes = plt.subplots(1, len(backends), figsize=(6 * len(backends), 4.8), squeeze=False)
+    for ax, backend in zip(axes[0], backends):
+        title = BACKENDS[backend]
         for impl in impls:
             xs = sorted(x for x in impl.distributions.get(8, []) if x > 0)
             if impl.backend == backend and xs:
@@ -430,16 +476,33 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--cycles", type=int, default=2000)
     parser.add_argument("--only", default="", help="run only libraries whose label contains this")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: " + ", ".join(BACKENDS))
     args = parser.parse_args()
-    impls = [i for i in implementations(sys.executable) if args.only.lower() in f"{i.label} {i.language}".lower()]
+    backends = [b for b in BACKENDS if b in args.backends.split(",")]
+    impls = [
+        i for i in implementations(sys.executable)
+        if i.backend in backends and args.only.lower() in f"{i.label} {i.language}".lower()
+    ]
     directory = Path(tempfile.mkdtemp(prefix="dlock-bench-servers-"))
-    (directory / "redis").mkdir()
-    (directory / "zk").mkdir()
-    redis_server, redis_url = start_redis(directory / "redis")
-    zk_server, zk_url = start_zookeeper(directory / "zk")
+    servers: List["subprocess.Popen[bytes]"] = []
+    databases: List[object] = []
+    urls: Dict[str, str] = {}
     try:
+        if "redis" in backends:
+            (directory / "redis").mkdir()
+            server, urls["redis"] = start_redis(directory / "redis")
+            servers.append(server)
+        if "zk" in backends:
+            (directory / "zk").mkdir()
+            server, urls["zk"] = start_zookeeper(directory / "zk")
+            servers.append(server)
+        if "postgres" in backends or "mariadb" in backends:
+            postgres, mariadb = start_databases(directory)
+            databases += [postgres, mariadb]
+            urls["postgres"], urls["mariadb"] = postgres.url, mariadb.url
+        urls = {b: u for b, u in urls.items() if b in backends}
         rtt: Dict[str, float] = {}
-        round_trips([redis_url, zk_url], rtt)
+        round_trips(list(urls.values()), rtt)
         for impl in impls:
             if impl.skipped:
                 print(f"skip {impl.label} ({impl.language}): {impl.skipped}", flush=True)
@@ -449,44 +512,48 @@ def main() -> None:
             for impl in impls:
                 if impl.skipped:
                     continue
-                url = redis_url if impl.backend == "redis" else zk_url
                 try:
-                    uncontended(impl, url, args.cycles)
+                    uncontended(impl, urls[impl.backend], args.cycles)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                     impl.skipped = f"its worker failed: {e}"
                     print(f"skip {impl.label} ({impl.language}): {impl.skipped}", flush=True)
-            round_trips([redis_url, zk_url], rtt)
+            round_trips(list(urls.values()), rtt)
         print("round trips (ms):", {k: round(v, 4) for k, v in rtt.items()}, flush=True)
         for impl in impls:
             if impl.uncontended:
-                print(f"{impl.label:>26} {impl.language:>6} {impl.backend:>5}: uncontended p50 {impl.uncontended['p50']:.3f} ms", flush=True)
+                print(f"{impl.label:>30} {impl.language:>6} {impl.backend:>8}: uncontended p50 {impl.uncontended['p50']:.3f} ms", flush=True)
         for workers in WORKERS:
             for impl in impls:
                 if impl.skipped:
                     continue
-                url = redis_url if impl.backend == "redis" else zk_url
                 try:
-                    contend(impl, url, workers, args.seconds)
+                    contend(impl, urls[impl.backend], workers, args.seconds)
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                     print(f"{impl.label} ({impl.language}) x{workers} failed: {e}", flush=True)
                     continue
                 h = impl.handoff[workers]
                 print(
-                    f"{impl.label:>26} {impl.language:>6} {impl.backend:>5} x{workers:<2}: {h['acquisitions']:6.0f} acquisitions, "
+                    f"{impl.label:>30} {impl.language:>6} {impl.backend:>8} x{workers:<2}: {h['acquisitions']:6.0f} acquisitions, "
                     f"hand-off p50 {fmt(h['p50'])} ms p99 {fmt(h['p99'])} ms ({h['samples']} hand-offs), fairness {h['fairness']:.2f}",
                     flush=True,
                 )
     finally:
-        for server in (redis_server, zk_server):
+        for server in servers:
             server.kill()
             server.wait()
+        for database in databases:
+            database.stop()  # type: ignore[attr-defined]
         shutil.rmtree(directory, ignore_errors=True)
     full, summary = report(impls, rtt, args.seconds, args.cycles)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.md").write_text(full)
+    every = len(backends) == len(BACKENDS)
+    out = RESULTS / ("latest.md" if every else "-".join(backends) + ".md")
+    out.write_text(full)
     print(full)
-    plot(impls)
-    if not args.only:
+    print(f"written: {out}")
+    if every:
+        plot(impls)
+    if every and not args.only:
         readme = ROOT / "README.md"
         text = readme.read_text()
         start, end = "<!-- bench:start -->\n", "<!-- bench:end -->"

@@ -14,13 +14,37 @@ pub struct MariadbServer {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// Speaks only TLS (`require_secure_transport`), with a certificate for 127.0.0.1.
+    tls: bool,
 }
 
 impl MariadbServer {
     /// Copies a fresh data directory (root may log in without a password over TCP), starts
     /// the server and creates the database `dlock`.
     pub fn start() -> Self {
+        Self::launch(false)
+    }
+
+    /// A server that accepts TLS connections only, with a fresh CA ([`Self::ca_file`]) and a
+    /// server certificate for 127.0.0.1 made by the `openssl` command. `Err` says why that is
+    /// not possible here (no openssl command).
+    pub fn start_tls() -> Result<Self, String> {
+        if Command::new("openssl").arg("version").output().is_err() {
+            return Err("the openssl command is not available".into());
+        }
+        Ok(Self::launch(true))
+    }
+
+    /// The CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn launch(tls: bool) -> Self {
         let dir = temp_dir("mariadb");
+        if tls {
+            crate::make_certificates(&dir).expect("certificates");
+        }
         let status = Command::new("cp")
             .arg("-a")
             .arg(template().join("data"))
@@ -35,6 +59,7 @@ impl MariadbServer {
             dir,
             port: 0,
             child: None,
+            tls,
         };
         for _ in 0..5 {
             server.port = free_port();
@@ -70,6 +95,19 @@ impl MariadbServer {
                 "--innodb-flush-log-at-trx-commit=2",
                 LOG_FILE_SIZE,
             ])
+            .args(
+                self.tls
+                    .then(|| {
+                        [
+                            format!("--ssl-ca={}", file("ca.crt")),
+                            format!("--ssl-cert={}", file("server.crt")),
+                            format!("--ssl-key={}", file("server.key")),
+                            "--require-secure-transport=ON".to_owned(),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -107,6 +145,7 @@ impl MariadbServer {
         let output = Command::new("mariadb")
             .args(["--no-defaults", "-h", "127.0.0.1", "-u", "root", "-N", "-B"])
             .arg(format!("-P{}", self.port))
+            .args(self.tls.then_some("--ssl"))
             .args(["-e", sql])
             .output()
             .ok()?;

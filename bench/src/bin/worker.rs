@@ -1,11 +1,13 @@
 //! The Rust worker of `just bench` (bench/bench.py runs it): dlock with the native engine
-//! (`dlock`) or the Wasm engine (`dlock-wasm`), and rslock (`rslock`, Redlock on one node,
-//! with its default retry of up to 200 ms). Same command line as the Python, Node and Java
+//! (`dlock`) or the Wasm engine (`dlock-wasm`), rslock (`rslock`, Redlock on one node,
+//! with its default retry of up to 200 ms), and the databases' own session locks
+//! (`pg_advisory_lock`, `GET_LOCK`). Same command line as the Python, Node and Java
 //! workers:
 //!
 //! - `worker rtt URL N`: N raw round trips of the server (PING and EVALSHA of `return 1` on
-//!   Redis, `exists /` on ZooKeeper); prints `{"ping": [ns…], "evalsha": [ns…]}` or
-//!   `{"exists": [ns…]}`.
+//!   Redis, `exists /` on ZooKeeper, `SELECT 1` on PostgreSQL and MariaDB); prints
+//!   `{"ping": [ns…], "evalsha": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
+//!   or `{"mariadb select": [ns…]}`.
 //! - `worker uncontended LIB URL NAME N`: N acquire + release cycles of a lock nobody else
 //!   uses; prints `{"samples": [ns…], "total": ns}`.
 //! - `worker contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`: connects, writes
@@ -72,8 +74,63 @@ async fn library(lib: &str, url: &str, name: &str) -> Acquire {
                 })
             })
         }
+        // The databases' own session locks: no lease, no fence, waiting inside the server —
+        // the yardstick of what the database can do.
+        "pg_advisory_lock" => {
+            let client = std::rc::Rc::new(postgres(url).await);
+            Box::new(move || {
+                let (client, name) = (client.clone(), name.clone());
+                Box::pin(async move {
+                    let take = "SELECT pg_advisory_lock(hashtext($1))";
+                    client.execute(take, &[&name]).await.expect("locks");
+                    Box::new(move || {
+                        Box::pin(async move {
+                            let give = "SELECT pg_advisory_unlock(hashtext($1))";
+                            client.execute(give, &[&name]).await.expect("unlocks");
+                        }) as Pin<Box<dyn Future<Output = ()>>>
+                    }) as Release
+                })
+            })
+        }
+        "GET_LOCK" => {
+            use mysql_async::prelude::Queryable;
+            let conn = mysql_async::Conn::from_url(url).await.expect("connects");
+            let conn = std::rc::Rc::new(tokio::sync::Mutex::new(conn));
+            Box::new(move || {
+                let (conn, name) = (conn.clone(), name.clone());
+                Box::pin(async move {
+                    let take = "SELECT GET_LOCK(?, 3600)";
+                    let got: Option<i64> = conn
+                        .lock()
+                        .await
+                        .exec_first(take, (&name,))
+                        .await
+                        .expect("locks");
+                    assert_eq!(got, Some(1), "GET_LOCK timed out");
+                    Box::new(move || {
+                        Box::pin(async move {
+                            let give = "DO RELEASE_LOCK(?)";
+                            conn.lock()
+                                .await
+                                .exec_drop(give, (&name,))
+                                .await
+                                .expect("unlocks");
+                        }) as Pin<Box<dyn Future<Output = ()>>>
+                    }) as Release
+                })
+            })
+        }
         other => panic!("unknown library {other}"),
     }
+}
+
+/// A tokio-postgres connection to a `postgres://` URL, driven on this thread.
+async fn postgres(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(connection);
+    client
 }
 
 async fn rtt(url: &str, n: usize) -> String {
@@ -90,6 +147,27 @@ async fn rtt(url: &str, n: usize) -> String {
             times(&mut exists, t);
         }
         return format!("{{{}}}", print_samples("exists", &exists));
+    }
+    if url.starts_with("postgres://") {
+        let client = postgres(url).await;
+        let mut select = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = now_ns();
+            client.query_one("SELECT 1", &[]).await.expect("SELECT 1");
+            times(&mut select, t);
+        }
+        return format!("{{{}}}", print_samples("postgres select", &select));
+    }
+    if url.starts_with("mysql://") {
+        use mysql_async::prelude::Queryable;
+        let mut conn = mysql_async::Conn::from_url(url).await.expect("connects");
+        let mut select = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = now_ns();
+            let _: Option<i64> = conn.query_first("SELECT 1").await.expect("SELECT 1");
+            times(&mut select, t);
+        }
+        return format!("{{{}}}", print_samples("mariadb select", &select));
     }
     let mut con = redis::Client::open(url)
         .expect("a URL")

@@ -33,6 +33,13 @@ trait Db: Sized {
     fn bad_urls(&self) -> Vec<String>;
     /// The database stores a name with a NUL character (PostgreSQL's `text` cannot).
     const TAKES_NUL: bool;
+    /// A server that speaks TLS with a certificate for 127.0.0.1 from its own CA.
+    fn start_tls() -> Self;
+    fn ca_file(&self) -> std::path::PathBuf;
+    /// Whether every connection of the dlock clients is TLS.
+    fn all_tls(&self) -> bool;
+    /// The TLS server also takes plain connections.
+    const TAKES_PLAIN: bool;
     /// Takes lock `name` for `token` for `lease_ms` behind dlock's back with `function`
     /// (`acquire`, or `permit_acquire` with `count` the number of permits): its fencing token.
     fn acquire_raw(
@@ -67,6 +74,16 @@ impl Db for PostgresServer {
     fn query(&self, sql: &str) -> String {
         self.psql(sql)
     }
+    fn start_tls() -> Self {
+        PostgresServer::start_tls().expect("a TLS server")
+    }
+    fn ca_file(&self) -> std::path::PathBuf {
+        PostgresServer::ca_file(self)
+    }
+    fn all_tls(&self) -> bool {
+        self.psql("SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'") == "t"
+    }
+    const TAKES_PLAIN: bool = true;
     const NOW: &'static str = "now()";
     const EXPIRES_US: &'static str = "(extract(epoch FROM expires_at) * 1000000)::bigint";
     const TAKES_NUL: bool = false;
@@ -117,6 +134,17 @@ impl Db for MariadbServer {
     fn query(&self, sql: &str) -> String {
         self.sql(sql).replace('\t', "|")
     }
+    fn start_tls() -> Self {
+        MariadbServer::start_tls().expect("a TLS server")
+    }
+    fn ca_file(&self) -> std::path::PathBuf {
+        MariadbServer::ca_file(self)
+    }
+    /// The TLS server refuses every other connection (`require_secure_transport`).
+    fn all_tls(&self) -> bool {
+        self.sql("SELECT @@require_secure_transport") == "1"
+    }
+    const TAKES_PLAIN: bool = false;
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
     const EXPIRES_US: &'static str = "CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED)";
     const TAKES_NUL: bool = true;
@@ -128,6 +156,9 @@ impl Db for MariadbServer {
             format!("mysql://root@127.0.0.1:{port}/dlock?poll_interval_ms=0"),
             format!("mysql://root@127.0.0.1:{port}/dlock?poll_interval_ms=soon"),
             format!("mysql://root@127.0.0.1:{port}/dlock?no_such_option=1"),
+            format!("mysql://root@127.0.0.1:{port}/dlock?require_ssl=true"),
+            format!("mysql://root@127.0.0.1:{port}/dlock?sslmode=bogus"),
+            format!("mysql://root@127.0.0.1:{port}/dlock?sslrootcert=/ca.pem"),
             format!("mysql://root@127.0.0.1:{port}"),
             "mysql://".to_owned(),
         ]
@@ -184,6 +215,7 @@ on_both!(
     an_abandoned_permit_goes_to_the_waiter_after_its_lease,
     read_write_locks_let_readers_share_and_writers_alone,
     bad_names_and_urls_are_refused_with_a_typed_error,
+    tls_verifies_the_server,
 );
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {
@@ -626,36 +658,27 @@ async fn bad_names_and_urls_are_refused_with_a_typed_error<D: Db>() {
 }
 
 /// `sslmode=verify-full` with the server's CA: every connection is TLS, verified; without the
-/// CA (the system's roots do not know it) the client refuses to connect; plain TCP otherwise.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_over_tls_verifies_the_server() {
-    let pg = match PostgresServer::start_tls() {
-        Ok(pg) => pg,
-        Err(why) => panic!("no TLS server: {why}"),
-    };
-    let ca = pg.ca_file().display().to_string();
-    let url = format!("{}?sslmode=verify-full&sslrootcert={ca}", pg.url());
+/// CA (the system's roots do not know it) the client refuses to connect; a CA file without
+/// TLS asked for is a bad URL.
+async fn tls_verifies_the_server<D: Db>() {
+    let db = D::start_tls();
+    let ca = db.ca_file().display().to_string();
+    let url = format!("{}?sslmode=verify-full&sslrootcert={ca}", db.url());
     let client = connect(&url).await.unwrap();
     let guard = client.lock("tls").acquire().await.unwrap();
-    assert_eq!(
-        pg.psql("SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'"),
-        "t"
-    );
+    assert!(db.all_tls());
     guard.release().await.unwrap();
-    let err = connect(&format!("{}?sslmode=require", pg.url()))
+    let err = connect(&format!("{}?sslmode=require", db.url()))
         .await
         .unwrap_err();
     assert!(
         err.is_backend() && err.to_string().contains("certificate"),
         "{err}"
     );
-    let err = connect(&format!("{}?sslrootcert={ca}", pg.url()))
+    let err = connect(&format!("{}?sslrootcert={ca}", db.url()))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidUrl(_)), "{err:?}");
-    assert!(
-        connect(&format!("{}?sslmode=disable", pg.url()))
-            .await
-            .is_ok()
-    );
+    let plain = connect(&format!("{}?sslmode=disable", db.url())).await;
+    assert_eq!(plain.is_ok(), D::TAKES_PLAIN, "{plain:?}");
 }

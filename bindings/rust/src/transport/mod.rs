@@ -5,6 +5,7 @@ mod memory;
 mod mysql;
 mod postgres;
 mod redis;
+mod ssl;
 mod zk;
 
 use std::future::Future;
@@ -92,7 +93,7 @@ pub const BACKENDS: &[Scheme] = &[
     Scheme {
         name: "mysql",
         form: "mysql://[user:password@]host[:port]/database[?table_prefix=dlock_&poll_interval_ms=50]",
-        about: "MySQL 8 or MariaDB 10.6+ (also mariadb://): the database's clock, waiters look again",
+        about: "MySQL 8 or MariaDB 10.6+ (also mariadb://; TLS as on PostgreSQL): the database's clock, waiters look again",
     },
     Scheme {
         name: "memory",

@@ -12,28 +12,33 @@ use std::time::Duration;
 use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue, Statement};
 use dlock_core::{Reply, Response, TransportError};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, Value};
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, SslOpts, Value};
 
 use super::Pending;
+use super::ssl::{self, SslQuery};
 use crate::{Error, redact};
 
-/// A `mysql://` or `mariadb://` URL: the driver's settings, the table prefix and the poll
-/// interval.
+/// A `mysql://` or `mariadb://` URL: the driver's settings, the table prefix, the poll
+/// interval and TLS.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct MyUrl {
     /// The URL as the driver takes it (`mysql://`, without dlock's own parameters).
     url: String,
     pub(crate) settings: SqlSettings,
+    /// TLS, verified: against this CA file (`sslrootcert`), or the system's roots.
+    tls: Option<Option<String>>,
 }
 
 impl MyUrl {
-    /// Parses `url` (`shown` is the URL as messages show it): dlock takes `table_prefix` and
-    /// `poll_interval_ms` from the query; the rest goes to the driver.
+    /// Parses `url` (`shown` is the URL as messages show it): dlock takes `table_prefix`,
+    /// `poll_interval_ms`, `sslmode` and `sslrootcert` from the query; the rest goes to the
+    /// driver, but for its own TLS switches (one way to ask for TLS, as on PostgreSQL).
     pub(crate) fn parse(shown: &str, url: &str) -> Result<MyUrl, Error> {
         let bad = |why: String| Error::InvalidUrl(format!("{shown:?}{why}"));
         let rest = url.split_once("://").map_or("", |(_, rest)| rest);
         let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut settings = SqlSettings::new(Dialect::Mysql);
+        let mut ssl = SslQuery::default();
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
@@ -44,9 +49,19 @@ impl MyUrl {
                         .map_err(|_| bad(format!(": poll_interval_ms={ms:?} is not a number")))?;
                     settings.poll_interval = Duration::from_millis(ms);
                 }
+                Some((key, value)) if ssl.take(key, value).map_err(bad)? => {}
+                Some((
+                    key @ ("require_ssl" | "verify_ca" | "verify_identity" | "built_in_roots"),
+                    _,
+                )) => {
+                    return Err(bad(format!(
+                        ": {key} is the driver's; ask for TLS with sslmode=require (and sslrootcert=CA file)"
+                    )));
+                }
                 _ => kept.push(pair),
             }
         }
+        let tls = ssl.finish().map_err(bad)?;
         settings.check().map_err(|e| bad(format!(": {e}")))?;
         let url = if kept.is_empty() {
             format!("mysql://{base}")
@@ -61,7 +76,7 @@ impl MyUrl {
         if opts.db_name().is_none() {
             return Err(bad(" names no database (mysql://host:port/database)".into()));
         }
-        Ok(MyUrl { url, settings })
+        Ok(MyUrl { url, settings, tls })
     }
 
     /// The URL as logs and `Debug` show it (no password).
@@ -69,13 +84,29 @@ impl MyUrl {
         redact(&self.url)
     }
 
-    fn opts(&self) -> Opts {
+    fn opts(&self) -> Result<Opts, String> {
         let opts = Opts::from_url(&self.url).expect("checked by parse");
-        OptsBuilder::from_opts(opts)
+        let tls = match &self.tls {
+            None => None,
+            Some(root) => {
+                let roots = ssl::roots(root.as_deref())?;
+                if roots.is_empty() {
+                    return Err("no root certificate in the system's store".into());
+                }
+                let roots = roots.into_iter().map(|cert| cert.to_vec().into());
+                Some(
+                    SslOpts::default()
+                        .with_root_certs(roots.collect())
+                        .with_disable_built_in_roots(true),
+                )
+            }
+        };
+        Ok(OptsBuilder::from_opts(opts)
+            .ssl_opts(tls)
             .pool_opts(
                 PoolOpts::default().with_constraints(PoolConstraints::new(1, 32).expect("1 <= 32")),
             )
-            .into()
+            .into())
     }
 }
 
@@ -97,7 +128,10 @@ const RETRIES: usize = 5;
 impl MyTransport {
     /// Opens the pool's first connection and creates the schema if it is missing.
     pub(crate) async fn connect(url: &MyUrl) -> Result<Self, Error> {
-        let pool = Pool::new(url.opts());
+        let opts = url
+            .opts()
+            .map_err(|e| Error::Connect(format!("{}: {e}", url.shown())))?;
+        let pool = Pool::new(opts);
         let fail = |e: mysql_async::Error| {
             Error::Connect(redact(&format!("{}: {}", url.shown(), error_text(&e))))
         };

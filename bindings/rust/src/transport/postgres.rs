@@ -27,6 +27,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::Pending;
+use super::ssl::{self, SslQuery};
 use crate::{Error, redact};
 
 /// A `postgres://` or `postgresql://` URL: the driver's settings, the table prefix and TLS.
@@ -49,26 +50,15 @@ impl PgUrl {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut settings = SqlSettings::new(dlock_core::sql::Dialect::Postgres);
         let mut rest = Vec::new();
-        let (mut verify, mut root) = (false, None);
+        let mut ssl = SslQuery::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("table_prefix", prefix)) => prefix.clone_into(&mut settings.table_prefix),
-                Some(("sslmode", "disable" | "prefer" | "allow")) => verify = false,
-                Some(("sslmode", "require" | "verify-ca" | "verify-full")) => verify = true,
-                Some(("sslmode", other)) => {
-                    return Err(bad(format!(
-                        ": sslmode={other:?} (use disable, prefer, require, verify-ca or verify-full)"
-                    )));
-                }
-                Some(("sslrootcert", path)) => root = Some(path.to_owned()),
+                Some((key, value)) if ssl.take(key, value).map_err(bad)? => {}
                 _ => rest.push(pair),
             }
         }
-        if root.is_some() && !verify {
-            return Err(bad(
-                ": sslrootcert needs sslmode=require, verify-ca or verify-full".into(),
-            ));
-        }
+        let tls = ssl.finish().map_err(bad)?;
         settings.check().map_err(|e| bad(format!(": {e}")))?;
         let url = if rest.is_empty() {
             base.to_owned()
@@ -81,11 +71,7 @@ impl PgUrl {
         if config.get_hosts().is_empty() {
             return Err(bad(" names no host".into()));
         }
-        Ok(PgUrl {
-            url,
-            settings,
-            tls: verify.then_some(root),
-        })
+        Ok(PgUrl { url, settings, tls })
     }
 
     /// What the connections are made with: plain TCP, or rustls verifying the server.
@@ -94,23 +80,12 @@ impl PgUrl {
             return Ok(Connector::Plain);
         };
         let mut roots = rustls::RootCertStore::empty();
-        match root {
-            Some(path) => {
-                use rustls::pki_types::pem::PemObject;
-                let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
-                for cert in certs {
-                    let cert = cert.map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
-                    roots
-                        .add(cert)
-                        .map_err(|e| format!("sslrootcert {path:?}: {e}"))?;
-                }
-            }
-            None => {
-                for cert in rustls_native_certs::load_native_certs().certs {
-                    let _ = roots.add(cert);
-                }
-            }
+        let (added, _) = roots.add_parsable_certificates(ssl::roots(root.as_deref())?);
+        if added == 0 {
+            return Err(format!(
+                "no root certificate in {}",
+                root.as_deref().unwrap_or("the system's store")
+            ));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)

@@ -3,9 +3,18 @@ package dlock.bench;
 import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 import java.util.concurrent.TimeUnit;
+
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import net.javacrumbs.shedlock.core.LockConfiguration;
+import net.javacrumbs.shedlock.core.SimpleLock;
+import net.javacrumbs.shedlock.provider.jdbctemplate.JdbcTemplateLockProvider;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
@@ -15,13 +24,21 @@ import org.redisson.Redisson;
 import org.redisson.api.RLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.config.Config;
+import org.springframework.integration.jdbc.lock.DefaultLockRepository;
+import org.springframework.integration.jdbc.lock.JdbcLockRegistry;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 
 /**
  * The JVM worker of {@code just bench}, with the command line of bench/src/bin/worker.rs:
  * {@code uncontended LIB URL NAME N} and {@code contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US}.
  * Libraries, each with its defaults: {@code redisson} (RLock with a 10 s lease, woken by
- * pub/sub) and {@code curator} (InterProcessMutex on ZooKeeper). System.nanoTime reads
- * CLOCK_MONOTONIC on Linux, the clock the other workers log.
+ * pub/sub), {@code curator} (InterProcessMutex on ZooKeeper), and on {@code postgres://} or
+ * {@code mysql://} URLs (a HikariCP pool): {@code jdbc-lock-registry} (Spring Integration's
+ * JdbcLockRegistry: a row per lock, tried again every 100 ms while busy) and {@code shedlock}
+ * (JdbcTemplateLockProvider, 10 s lockAtMostFor; ShedLock never waits, so the worker tries
+ * again every 100 ms, JdbcLockRegistry's interval). System.nanoTime reads CLOCK_MONOTONIC on
+ * Linux, the clock the other workers log.
  */
 public final class Worker {
     interface Lock {
@@ -64,9 +81,80 @@ public final class Worker {
                     }
                 };
             }
+            case "jdbc-lock-registry": {
+                HikariDataSource ds = dataSource(url);
+                boolean postgres = url.startsWith("postgres");
+                // INT_LOCK as spring-integration-jdbc's schema-postgresql.sql / schema-mysql.sql
+                // create it.
+                new JdbcTemplate(ds).execute("CREATE TABLE IF NOT EXISTS INT_LOCK ("
+                        + " LOCK_KEY CHAR(36) NOT NULL, REGION VARCHAR(100) NOT NULL,"
+                        + " CLIENT_ID CHAR(36), CREATED_DATE " + (postgres ? "TIMESTAMP" : "DATETIME(6)")
+                        + " NOT NULL, CONSTRAINT INT_LOCK_PK PRIMARY KEY (LOCK_KEY, REGION))");
+                DefaultLockRepository repository = new DefaultLockRepository(ds);
+                repository.setTransactionManager(new DataSourceTransactionManager(ds));
+                repository.afterPropertiesSet();
+                repository.afterSingletonsInstantiated();
+                java.util.concurrent.locks.Lock lock = new JdbcLockRegistry(repository).obtain(name);
+                return new Lock() {
+                    public void acquire() {
+                        lock.lock();
+                    }
+
+                    public void release() {
+                        lock.unlock();
+                    }
+                };
+            }
+            case "shedlock": {
+                HikariDataSource ds = dataSource(url);
+                boolean postgres = url.startsWith("postgres");
+                String time = postgres ? "TIMESTAMP" : "TIMESTAMP(3)";
+                new JdbcTemplate(ds).execute("CREATE TABLE IF NOT EXISTS shedlock ("
+                        + " name VARCHAR(64) NOT NULL, lock_until " + time + " NOT NULL,"
+                        + " locked_at " + time + " NOT NULL, locked_by VARCHAR(255) NOT NULL,"
+                        + " PRIMARY KEY (name))");
+                JdbcTemplateLockProvider provider = new JdbcTemplateLockProvider(
+                        JdbcTemplateLockProvider.Configuration.builder()
+                                .withJdbcTemplate(new JdbcTemplate(ds))
+                                .build());
+                return new Lock() {
+                    SimpleLock held;
+
+                    public void acquire() throws InterruptedException {
+                        while (true) {
+                            LockConfiguration config = new LockConfiguration(
+                                    Instant.now(), name, Duration.ofSeconds(10), Duration.ZERO);
+                            Optional<SimpleLock> got = provider.lock(config);
+                            if (got.isPresent()) {
+                                held = got.get();
+                                return;
+                            }
+                            Thread.sleep(100);
+                        }
+                    }
+
+                    public void release() {
+                        held.unlock();
+                    }
+                };
+            }
             default:
                 throw new IllegalArgumentException("unknown library " + lib);
         }
+    }
+
+    /** A HikariCP pool (its defaults) for a dlock SQL URL: postgres://user@host:port/db or mysql://…. */
+    static HikariDataSource dataSource(String url) {
+        URI uri = URI.create(url);
+        String driver = uri.getScheme().startsWith("postgres") ? "postgresql" : "mariadb";
+        HikariConfig config = new HikariConfig();
+        config.setJdbcUrl("jdbc:" + driver + "://" + uri.getHost() + ":" + uri.getPort() + uri.getPath());
+        String[] user = uri.getUserInfo().split(":", 2);
+        config.setUsername(user[0]);
+        if (user.length > 1) {
+            config.setPassword(user[1]);
+        }
+        return new HikariDataSource(config);
     }
 
     public static void main(String[] args) throws Exception {

@@ -1,0 +1,56 @@
+//! TLS for both SQL URLs, in libpq's words: `sslmode=disable|prefer|allow` connect without
+//! TLS; `require`, `verify-ca` and `verify-full` connect with TLS and verify the server's
+//! certificate and name — stricter than libpq's `require`, which checks nothing — against the
+//! system's roots (rustls-native-certs, which reads `SSL_CERT_FILE` too) or the CA file that
+//! `sslrootcert=` names.
+
+use rustls::pki_types::CertificateDer;
+
+/// `sslmode` and `sslrootcert` as they are read from a URL's query.
+#[derive(Debug, Default)]
+pub(crate) struct SslQuery {
+    verify: bool,
+    root: Option<String>,
+}
+
+impl SslQuery {
+    /// Takes `key=value` if it is one of TLS's: `Ok(true)`; `Ok(false)` if it is not.
+    pub(crate) fn take(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        match (key, value) {
+            ("sslmode", "disable" | "prefer" | "allow") => self.verify = false,
+            ("sslmode", "require" | "verify-ca" | "verify-full") => self.verify = true,
+            ("sslmode", other) => {
+                return Err(format!(
+                    ": sslmode={other:?} (use disable, prefer, require, verify-ca or verify-full)"
+                ));
+            }
+            ("sslrootcert", path) => self.root = Some(path.to_owned()),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// `None` without TLS; with TLS, the CA file to verify against, or `None` for the
+    /// system's roots.
+    pub(crate) fn finish(self) -> Result<Option<Option<String>>, String> {
+        if self.root.is_some() && !self.verify {
+            return Err(": sslrootcert needs sslmode=require, verify-ca or verify-full".into());
+        }
+        Ok(self.verify.then_some(self.root))
+    }
+}
+
+/// The certificates a server's chain must end in: those of the CA file `root`, or the
+/// system's.
+pub(crate) fn roots(root: Option<&str>) -> Result<Vec<CertificateDer<'static>>, String> {
+    match root {
+        Some(path) => {
+            use rustls::pki_types::pem::PemObject;
+            CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("sslrootcert {path:?}: {e}"))?
+                .map(|cert| cert.map_err(|e| format!("sslrootcert {path:?}: {e}")))
+                .collect()
+        }
+        None => Ok(rustls_native_certs::load_native_certs().certs),
+    }
+}
