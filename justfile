@@ -77,7 +77,7 @@ node-test:
     cp ../README.md "$project/"
     cd "$project"
     npm init -y >/dev/null
-    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20 ioredis@5.8.2
+    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20 ioredis@5.8.2 pg@8.23.1 mysql2@3.24.6
     DLOCK_VECTORS="{{justfile_directory()}}/tests/vectors" node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
 

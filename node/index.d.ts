@@ -74,6 +74,25 @@ export interface LockStatus {
 /** Connects to a backend URL: `redis://…`, `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]` (README: URLs). */
 export declare function connect(url: string, options?: ConnectOptions): Promise<Client>
 
+/** A node-postgres client or pool, or a mysql2 promise connection or pool. */
+export interface SqlConnection {
+  query(sql: string, params: unknown[]): Promise<unknown>
+}
+
+/**
+ * `UPDATE table SET values…, fence = token WHERE key… AND fence <= token` on `db`, in its
+ * transaction: true if the row was updated, false if its fence is newer (this holder's lock
+ * was lost and a newer holder wrote) or no row has that key (docs/PROTOCOL.md §13).
+ */
+export declare function fencedUpdate(
+  db: SqlConnection,
+  table: string,
+  key: Record<string, unknown>,
+  values: Record<string, unknown>,
+  token: bigint | number,
+  options?: { fenceColumn?: string },
+): Promise<boolean>
+
 export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock

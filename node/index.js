@@ -432,4 +432,36 @@ class Engine {
   }
 }
 
-module.exports = { connect, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }
+/**
+ * Fencing at a row of your own database, in one call: `UPDATE table SET values…, fence = token
+ * WHERE key… AND fence <= token` on `db` — a node-postgres client or pool, or a mysql2
+ * (promise) connection or pool — in whatever transaction it is in. True if a row was updated;
+ * false if none was: the row's fence is newer than `token` (this holder's lock was lost and a
+ * newer holder wrote), or no row has that key. The statement is the Rust crate's
+ * (`dlock::fenced_update_sql`, docs/PROTOCOL.md §13), as every host builds it.
+ */
+async function fencedUpdate(db, table, key, values, token, options = {}) {
+  if (db == null || typeof db.query !== 'function') throw invalid('db must be a node-postgres or mysql2 client or pool')
+  if (typeof token !== 'bigint' && !Number.isSafeInteger(token)) throw invalid('a fencing token is a bigint or a safe integer')
+  if (BigInt(token) <= 0n) throw invalid('a fencing token is positive')
+  for (const [what, columns] of [['key', key], ['values', values]]) {
+    if (columns === null || typeof columns !== 'object' || Array.isArray(columns)) throw invalid(`${what} must be an object of column: value`)
+  }
+  const { fenceColumn = 'fence' } = options
+  // mysql2's clients and pools have execute(); node-postgres's do not.
+  const placeholder = typeof db.execute === 'function' ? 'question' : 'numbered'
+  let sql
+  try {
+    sql = native.fencedUpdateSql(table, Object.keys(key), Object.keys(values), fenceColumn, placeholder)
+  } catch (err) {
+    throw coded(err)
+  }
+  // The token as text: both databases compare it with the bigint column as a number, and no
+  // driver has to know bigint.
+  const params = [...Object.values(values), String(token), ...Object.values(key), String(token)]
+  const result = await db.query(sql, params)
+  const affected = Array.isArray(result) ? result[0].affectedRows : result.rowCount
+  return affected > 0
+}
+
+module.exports = { connect, fencedUpdate, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }

@@ -59,6 +59,23 @@ pub fn redact(url: String) -> String {
     dlock::redact(&url)
 }
 
+/// The fenced update of one row (`dlock::fenced_update_sql`), with the driver's placeholder
+/// style: `numbered` (`$1`) or `question` (`?`).
+#[napi]
+pub fn fenced_update_sql(
+    table: String,
+    key: Vec<String>,
+    values: Vec<String>,
+    fence_column: String,
+    placeholder: String,
+) -> Result<String> {
+    let key: Vec<&str> = key.iter().map(String::as_str).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    dlock::Placeholder::parse(&placeholder)
+        .and_then(|p| dlock::fenced_update_sql(&table, &key, &values, &fence_column, p))
+        .map_err(js_error)
+}
+
 /// How to connect: the client's options, each optional.
 #[napi(object)]
 #[derive(Debug)]

@@ -2,7 +2,9 @@
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { connect } from 'dlock'
+import { connect, fencedUpdate } from 'dlock'
+import mysql from 'mysql2/promise'
+import pg from 'pg'
 import { twoClientsContend } from './contention.mjs'
 import { startMariadb } from './mariadb.mjs'
 import { startPostgres } from './postgres.mjs'
@@ -28,6 +30,32 @@ for (const [kind, start] of Object.entries(databases)) {
     assert.equal((await b.status('orders/42')).owner, null)
     await a.close()
     await b.close()
+  })
+
+  test(`fencedUpdate writes under the newer token and refuses the stale one on ${kind}`, async () => {
+    db.query('CREATE TABLE stock (item VARCHAR(32) PRIMARY KEY, quantity BIGINT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)')
+    db.query("INSERT INTO stock (item, quantity) VALUES ('widget', 10)")
+    const client = await connect(db.url)
+    const stale = await client.lock('stock/widget').acquire()
+    await stale.release()
+    const fresh = await client.lock('stock/widget').acquire()
+    const conn = kind === 'postgres' ? new pg.Client({ connectionString: db.url }) : await mysql.createConnection(db.url)
+    if (kind === 'postgres') await conn.connect()
+    assert.equal(await fencedUpdate(conn, 'stock', { item: 'widget' }, { quantity: 9 }, fresh.fencingToken), true)
+    assert.equal(await fencedUpdate(conn, 'stock', { item: 'widget' }, { quantity: 11 }, stale.fencingToken), false)
+    assert.equal(db.query('SELECT quantity FROM stock'), '9')
+    for (const bad of [
+      () => fencedUpdate(conn, 'stock; DROP TABLE stock', { item: 'widget' }, { quantity: 1 }, 5n),
+      () => fencedUpdate(conn, 'stock', { item: 'widget' }, { 'quantity = 0 --': 1 }, 5n),
+      () => fencedUpdate(conn, 'stock', {}, { quantity: 1 }, 5n),
+      () => fencedUpdate(conn, 'stock', { item: 'widget' }, { quantity: 1 }, 0n),
+    ]) {
+      await assert.rejects(bad(), { code: 'DLOCK_INVALID_ARGUMENT' })
+    }
+    assert.equal(db.query('SELECT quantity FROM stock'), '9', 'nothing was sent')
+    await conn.end()
+    await fresh.release()
+    await client.close()
   })
 
   test(`semaphores and read-write locks on ${kind}`, async () => {

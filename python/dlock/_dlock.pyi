@@ -12,6 +12,7 @@ __all__ = [
     "NativeHeld",
     "Task",
     "_shutdown",
+    "fenced_update_sql",
     "new_owner",
     "redact",
 ]
@@ -24,6 +25,7 @@ ERROR_CODES: Tuple[str, ...]
 
 def new_owner() -> int: ...
 def redact(url: str) -> str: ...
+def fenced_update_sql(table: str, key: List[str], values: List[str], fence_column: str, placeholder: str) -> str: ...
 def _shutdown() -> None: ...
 
 @final

@@ -22,31 +22,24 @@ values again under the same token reports ``False`` there (PostgreSQL counts mat
 from __future__ import annotations
 
 import importlib
-import re
 from typing import Any, Mapping
 
+from ._dlock import fenced_update_sql
 from .errors import InvalidArgument
 
 __all__ = ["fenced_update"]
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
-
-
-def _identifier(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
-        raise InvalidArgument(f"{what} {name!r} is not a plain SQL identifier")
-    return name
+# DB-API paramstyles and the placeholder each stands for.
+_STYLES = {"format": "format", "pyformat": "format", "qmark": "question"}
 
 
 def _placeholder(db: Any) -> str:
-    """The driver's placeholder, from its module's DB-API ``paramstyle``."""
+    """The driver's placeholder style, from its module's DB-API ``paramstyle``."""
     module = type(getattr(db, "connection", None) or db).__module__.split(".")[0]
     style = getattr(importlib.import_module(module), "paramstyle", "format")
-    if style in ("format", "pyformat"):
-        return "%s"
-    if style == "qmark":
-        return "?"
-    raise InvalidArgument(f"the {module} driver's paramstyle {style!r} is not supported (use %s or ? drivers)")
+    if style not in _STYLES:
+        raise InvalidArgument(f"the {module} driver's paramstyle {style!r} is not supported (use %s or ? drivers)")
+    return _STYLES[style]
 
 
 def fenced_update(
@@ -60,19 +53,14 @@ def fenced_update(
     """``UPDATE table SET values…, fence = token WHERE key… AND fence <= token`` on ``db`` (a
     DB-API connection or cursor, in whatever transaction it is in). True if a row was
     updated; False if none was — the row's fence is newer than ``token`` (this holder's lock
-    was lost and a newer holder wrote), or no row has that key."""
+    was lost and a newer holder wrote), or no row has that key. The statement is the Rust
+    crate's (``dlock::fenced_update_sql``), as every host builds it."""
     if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
         raise InvalidArgument(f"a fencing token is a positive integer, not {token!r}")
-    if not key:
-        raise InvalidArgument("fenced_update needs the key of the row to update")
-    mark = _placeholder(db)
-    table = _identifier(table, "table")
-    fence = _identifier(fence_column, "fence column")
-    sets = [f"{_identifier(c, 'column')} = {mark}" for c in values]
-    sets.append(f"{fence} = {mark}")
-    wheres = [f"{_identifier(c, 'column')} = {mark}" for c in key]
-    wheres.append(f"{fence} <= {mark}")
-    statement = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(wheres)}"
+    for name in [*key, *values]:
+        if not isinstance(name, str):
+            raise InvalidArgument(f"column {name!r} is not a plain SQL identifier")
+    statement = fenced_update_sql(table, list(key), list(values), fence_column, _placeholder(db))
     params = [*values.values(), token, *key.values(), token]
     cursor = db.cursor() if hasattr(db, "cursor") else db
     cursor.execute(statement, params)

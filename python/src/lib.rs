@@ -223,6 +223,24 @@ fn redact(url: &str) -> String {
     dlock::redact(url)
 }
 
+/// The fenced update of one row (`dlock::fenced_update_sql`), with the driver's placeholder
+/// style: `numbered`, `question` or `format`.
+#[pyfunction]
+fn fenced_update_sql(
+    py: Python<'_>,
+    table: &str,
+    key: Vec<String>,
+    values: Vec<String>,
+    fence_column: &str,
+    placeholder: &str,
+) -> PyResult<String> {
+    let key: Vec<&str> = key.iter().map(String::as_str).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    dlock::Placeholder::parse(placeholder)
+        .and_then(|p| dlock::fenced_update_sql(table, &key, &values, fence_column, p))
+        .map_err(|e| to_py(py, &e))
+}
+
 /// How to connect, as `dlock.connect` passes it.
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
@@ -481,6 +499,7 @@ fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(new_owner, m)?)?;
     m.add_function(wrap_pyfunction!(redact, m)?)?;
+    m.add_function(wrap_pyfunction!(fenced_update_sql, m)?)?;
     let reasons = dlock::LostReason::ALL.iter().map(|r| r.as_str());
     m.add("LOST_REASONS", PyTuple::new(m.py(), reasons)?)?;
     let codes = dlock::ErrorCode::ALL.iter().map(|c| c.as_str());

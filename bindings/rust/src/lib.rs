@@ -26,6 +26,7 @@
 mod client;
 mod driver;
 mod error;
+mod fenced;
 pub mod json;
 mod machine;
 mod secret;
@@ -40,6 +41,7 @@ pub use dlock_core::LockStatus;
 pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
 pub use error::{Error, ErrorCode, LostReason};
+pub use fenced::{Placeholder, fenced_update_sql};
 pub use machine::{Machine, MachineError, MachineFactory};
 pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};

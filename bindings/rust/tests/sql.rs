@@ -216,6 +216,7 @@ on_both!(
     read_write_locks_let_readers_share_and_writers_alone,
     bad_names_and_urls_are_refused_with_a_typed_error,
     tls_verifies_the_server,
+    a_fenced_update_refuses_a_stale_holder,
 );
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {
@@ -681,4 +682,66 @@ async fn tls_verifies_the_server<D: Db>() {
     assert!(matches!(err, Error::InvalidUrl(_)), "{err:?}");
     let plain = connect(&format!("{}?sslmode=disable", db.url())).await;
     assert_eq!(plain.is_ok(), D::TAKES_PLAIN, "{plain:?}");
+}
+
+/// The seed's optimistic lock with the fencing token as the version: the statement of
+/// `dlock::fenced_update_sql`, run by the caller's own driver (tokio-postgres with `$n`,
+/// mysql_async with `?`), writes under the newer holder's token and refuses the older one's.
+async fn a_fenced_update_refuses_a_stale_holder<D: Db>() {
+    let db = D::start();
+    db.query(
+        "CREATE TABLE stock (item VARCHAR(32) PRIMARY KEY, quantity BIGINT NOT NULL, fence BIGINT NOT NULL DEFAULT 0)",
+    );
+    db.query("INSERT INTO stock (item, quantity) VALUES ('widget', 10)");
+    let client = connect(&db.url()).await.unwrap();
+    let stale = client.lock("stock/widget").acquire().await.unwrap();
+    let stale_token = stale.fencing_token();
+    stale.release().await.unwrap();
+    let fresh = client.lock("stock/widget").acquire().await.unwrap();
+    let postgres = db.url().starts_with("postgres");
+    let style = if postgres {
+        dlock::Placeholder::Numbered
+    } else {
+        dlock::Placeholder::Question
+    };
+    let sql = dlock::fenced_update_sql("stock", &["item"], &["quantity"], "fence", style).unwrap();
+    // Parameters: the new quantity, the token, the key, the token.
+    let update = |quantity: i64, token: u64| {
+        let (url, sql) = (db.url(), sql.clone());
+        async move {
+            let token = token as i64;
+            if postgres {
+                let (c, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(connection);
+                c.execute(sql.as_str(), &[&quantity, &token, &"widget", &token])
+                    .await
+                    .unwrap()
+            } else {
+                use mysql_async::prelude::Queryable;
+                let mut c = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+                c.exec_drop(sql.as_str(), (quantity, token, "widget", token))
+                    .await
+                    .unwrap();
+                c.affected_rows()
+            }
+        }
+    };
+    assert_eq!(
+        update(9, fresh.fencing_token()).await,
+        1,
+        "the holder writes"
+    );
+    assert_eq!(
+        update(11, stale_token).await,
+        0,
+        "a stale holder is refused"
+    );
+    assert_eq!(
+        db.query("SELECT quantity, fence FROM stock")
+            .replace('|', " "),
+        format!("9 {}", fresh.fencing_token())
+    );
+    fresh.release().await.unwrap();
 }

@@ -111,7 +111,7 @@ const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 23] = [
+pub const SCENARIOS: [Scenario; 24] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
     scenario("redis-waiter-kill", Backend::Redis, Nemesis::WaiterKill),
@@ -145,6 +145,11 @@ pub const SCENARIOS: [Scenario; 23] = [
     ),
     scenario("mariadb-pause", Backend::Mariadb, Nemesis::Pause),
     scenario("mariadb-restart", Backend::Mariadb, Nemesis::Restart),
+    scenario(
+        "mariadb-kill-connections",
+        Backend::Mariadb,
+        Nemesis::KillConnections,
+    ),
     Scenario {
         lock_delay: Duration::from_secs(3),
         ..scenario("redis-pause-lock-delay", Backend::Redis, Nemesis::Pause)

@@ -104,7 +104,12 @@ impl MyUrl {
         Ok(OptsBuilder::from_opts(opts)
             .ssl_opts(tls)
             .pool_opts(
-                PoolOpts::default().with_constraints(PoolConstraints::new(1, 32).expect("1 <= 32")),
+                PoolOpts::default()
+                    .with_constraints(PoolConstraints::new(1, 32).expect("1 <= 32"))
+                    // The statements leave no session state to reset (§18), and a reset on
+                    // every return to the pool costs a round trip and the prepared statements:
+                    // it tripled an uncontended acquire + release.
+                    .with_reset_connection(false),
             )
             .into())
     }
