@@ -244,6 +244,15 @@ pub fn redlock_url(nodes: &[RedisServer]) -> String {
     format!("redlock://{}", hosts.join(","))
 }
 
+/// Whether certificates can be made here: `Err` says why not (no `openssl` command).
+pub(crate) fn openssl_available() -> Result<(), String> {
+    Command::new("openssl")
+        .arg("version")
+        .output()
+        .map(drop)
+        .map_err(|e| format!("the openssl command is not available: {e}"))
+}
+
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with the `openssl` command.
 pub(crate) fn make_certificates(dir: &Path) -> Result<(), String> {
     let openssl = |args: &[&str]| -> Result<(), String> {

@@ -29,9 +29,7 @@ impl MariadbServer {
     /// server certificate for 127.0.0.1 made by the `openssl` command. `Err` says why that is
     /// not possible here (no openssl command).
     pub fn start_tls() -> Result<Self, String> {
-        if Command::new("openssl").arg("version").output().is_err() {
-            return Err("the openssl command is not available".into());
-        }
+        crate::openssl_available()?;
         Ok(Self::launch(true))
     }
 

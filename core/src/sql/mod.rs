@@ -188,89 +188,33 @@ impl SqlSettings {
     }
 
     /// The [`SqlOp`] that runs the lock script `script` on the locks `names` (the script's
-    /// keys: one lock, or one per renewed lock for EXTEND) with the script's arguments.
-    /// Panics on a script the SQL backend does not run, or numbers that are not integers.
+    /// keys: one lock, or one per renewed lock for EXTEND) with the script's arguments: the
+    /// function takes the lock's name, then the script's arguments in order, typed as
+    /// [`SqlSettings::params`] says (an argument the script leaves out is `''`). PostgreSQL's
+    /// EXTEND takes arrays instead: names, tokens, leases. Panics on a script the SQL backend
+    /// does not run, or numbers that are not integers.
     pub fn call(&self, script: Script, names: &[&str], args: &[String]) -> SqlOp {
-        let text = |s: &str| Param::Text(s.to_owned());
-        let int = |s: &str| Param::Int(s.parse().expect("the scripts' numbers are integers"));
-        let arg = |i: usize| args.get(i).map_or("", String::as_str);
-        let (statement, params) = match script {
-            // name, token, lease, count (a semaphore: its permits), mode, waiter lease,
-            // 'barge' or ''
-            Script::Acquire | Script::PermitAcquire => (
-                if script == Script::Acquire {
-                    Statement::Acquire
-                } else {
-                    Statement::PermitAcquire
-                },
-                vec![
-                    text(names[0]),
-                    text(arg(0)),
-                    int(arg(1)),
-                    int(arg(2)),
-                    text(arg(3)),
-                    int(arg(4)),
-                    text(arg(5)),
-                ],
-            ),
-            // name, token, lease, count, mode, waiter lease, 'read' or 'write', and the write
-            // hold's token for a downgrade or ''
-            Script::RwAcquire => (
-                Statement::RwAcquire,
-                vec![
-                    text(names[0]),
-                    text(arg(0)),
-                    int(arg(1)),
-                    int(arg(2)),
-                    text(arg(3)),
-                    int(arg(4)),
-                    text(arg(5)),
-                    text(arg(6)),
-                ],
-            ),
-            // name, token, count, 'free' or ''
-            Script::Release => (
-                Statement::Release,
-                vec![text(names[0]), text(arg(0)), int(arg(1)), text(arg(2))],
-            ),
-            // name, token, 'free' or ''
-            Script::PermitRelease => (
-                Statement::PermitRelease,
-                vec![text(names[0]), text(arg(0)), text(arg(1))],
-            ),
-            // name, token, count
-            Script::RwRelease => (
-                Statement::RwRelease,
-                vec![text(names[0]), text(arg(0)), int(arg(1))],
-            ),
-            Script::Dequeue => (Statement::Dequeue, vec![text(names[0]), text(arg(0))]),
-            Script::PermitDequeue => (Statement::PermitDequeue, vec![text(names[0]), text(arg(0))]),
-            Script::RwDequeue => (Statement::RwDequeue, vec![text(names[0]), text(arg(0))]),
-            // one name, token, lease (each hold on its own: `max_batch`)
-            Script::Extend if self.dialect == Dialect::Mysql => {
-                assert_eq!(names.len(), 1, "MySQL renews one hold per statement");
-                (
-                    Statement::Extend,
-                    vec![text(names[0]), text(arg(0)), int(arg(1))],
-                )
-            }
-            // names, tokens, leases
-            Script::Extend => (
-                Statement::Extend,
-                vec![
-                    Param::TextList(names.iter().map(|n| n.to_string()).collect()),
-                    Param::TextList(args.iter().step_by(2).cloned().collect()),
-                    Param::IntList(
-                        args.iter()
-                            .skip(1)
-                            .step_by(2)
-                            .map(|lease| int(lease).int())
-                            .collect(),
-                    ),
-                ],
-            ),
-            Script::Status => (Statement::Status, vec![text(names[0])]),
-            other => unreachable!("the SQL backend runs no {}", other.name()),
+        let statement = Statement::of(script)
+            .unwrap_or_else(|| unreachable!("the SQL backend runs no {}", script.name()));
+        let int = |s: &str| -> i64 { s.parse().expect("the scripts' numbers are integers") };
+        let params = if statement == Statement::Extend && self.dialect == Dialect::Postgres {
+            vec![
+                Param::TextList(names.iter().map(|n| n.to_string()).collect()),
+                Param::TextList(args.iter().step_by(2).cloned().collect()),
+                Param::IntList(args.iter().skip(1).step_by(2).map(|l| int(l)).collect()),
+            ]
+        } else {
+            // MySQL renews one hold per statement (`max_batch`).
+            assert_eq!(names.len(), 1, "one lock per statement");
+            let arg = |i: usize| args.get(i).map_or("", String::as_str);
+            let types = self.params(statement);
+            std::iter::once(Param::Text(names[0].to_owned()))
+                .chain(types[1..].iter().enumerate().map(|(i, kind)| match kind {
+                    ParamType::Text => Param::Text(arg(i).to_owned()),
+                    ParamType::Int => Param::Int(int(arg(i))),
+                    list => unreachable!("no script argument is a {list:?}"),
+                }))
+                .collect()
         };
         SqlOp::Query {
             statement,
@@ -352,6 +296,15 @@ pub enum Statement {
 }
 
 impl Statement {
+    /// The statement that runs the lock script `script` (its name, with `_` for `-`), if SQL
+    /// runs it.
+    pub fn of(script: Script) -> Option<Statement> {
+        let dashed = |s: Statement| s.name().bytes().map(|b| if b == b'_' { b'-' } else { b });
+        Statement::ALL
+            .into_iter()
+            .find(|s| dashed(*s).eq(script.name().bytes()))
+    }
+
     pub const ALL: [Statement; 11] = [
         Statement::Acquire,
         Statement::Release,
@@ -399,13 +352,6 @@ pub enum Param {
 }
 
 impl Param {
-    fn int(self) -> i64 {
-        match self {
-            Param::Int(n) => n,
-            other => unreachable!("{other:?} is not an integer"),
-        }
-    }
-
     /// The parameter's type.
     pub fn kind(&self) -> ParamType {
         match self {
