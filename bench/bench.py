@@ -19,8 +19,9 @@ Measured:
   lowest p50;
 - uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
   across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
-- contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms, then works
-  W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
+- contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms (spinning on
+  the monotonic clock, so that no language's timer stretches it; the measured hold is
+  reported), then works W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
   not take it straight back). From all workers' timelines (CLOCK_MONOTONIC, shared by the
   processes) the hand-off latency is the time from a release, while another process was
   waiting, to the next acquisition; the wait is the time from asking for the lock to getting
@@ -287,6 +288,7 @@ def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
     timelines = [[c for c in timeline if c[0] >= start] for timeline in timelines]
     latencies, counts = handoffs(timelines)  # type: ignore[arg-type]
     waits = [(acq - req) / 1e6 for timeline in timelines for req, acq, _ in timeline]
+    holds = [(rel - acq) / 1e6 for timeline in timelines for _, acq, rel in timeline]
     impl.handoff[workers] = {
         "acquisitions": sum(counts),
         "p50": pct(latencies, 0.5),
@@ -295,6 +297,7 @@ def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
         "wait p99": pct(waits, 0.99),
         "samples": len(latencies),
         "fairness": max(counts) / max(min(counts), 1),
+        "hold p50": pct(holds, 0.5),
     }
     impl.distributions[workers] = latencies
 
@@ -343,7 +346,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "One redis-server, one ZooKeeper, one PostgreSQL (`fsync=off`, as the tests run it) and one MariaDB (its "
         "defaults: a commit waits for its log flush) on loopback, started by `just bench` and pinned to the first CPU, "
         "every client process on the other CPUs; every library with its defaults; "
-        f"{cycles} uncontended cycles per library and round, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms and working "
+        f"{cycles} uncontended cycles per library and round, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms (spinning) and working "
         "W ms outside the lock between cycles.",
         "",
         "## Round trips (the yardstick, from Rust)",
@@ -379,8 +382,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "Hand-off: from a release, while another process waited, to the next acquisition. Wait: from asking for the "
         "lock to getting it.",
         "",
-        "| library | language | backend | workers | acquisitions | hand-off p50 (ms) | p99 (ms) | p50 / dlock Rust p50 | p50 / round trip | wait p50 (ms) | wait p99 (ms) | fairness max/min |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| library | language | backend | workers | acquisitions | hand-off p50 (ms) | p99 (ms) | p50 / dlock Rust p50 | p50 / round trip | wait p50 (ms) | wait p99 (ms) | fairness max/min | hold p50 (ms) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for workers in WORKERS:
         for impl in impls:
@@ -392,7 +395,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             lines.append(
                 f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {workers} | "
                 f"{h['acquisitions']:.0f} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['p50'] / base_p50, 1)} | "
-                f"{fmt(h['p50'] / yard(impl.backend), 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
+                f"{fmt(h['p50'] / yard(impl.backend), 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} | "
+                f"{fmt(h['hold p50'], 3)} |"
             )
     skipped = [f"- {i.label} ({i.language}): {i.skipped}" for i in impls if i.skipped]
     if skipped:

@@ -64,7 +64,9 @@ if (mode === 'uncontended') {
     const requested = now()
     const release = await acquire()
     const acquired = now()
-    await sleep(Number(holdUs) / 1000)
+    // Held for exactly holdUs (a spin on the monotonic clock: a timer rounds 1 ms up).
+    const until = acquired + BigInt(holdUs) * 1000n
+    while (now() < until);
     const released = now()
     await release()
     lines.push(`${requested} ${acquired} ${released}\n`)

@@ -87,7 +87,7 @@ def main() -> None:
         print(json.dumps({"samples": samples, "total": time.monotonic_ns() - start}))
         return
     out = Path(sys.argv[5])
-    seconds, hold, outside = float(sys.argv[6]), int(sys.argv[7]) / 1e6, int(sys.argv[8]) / 1e6
+    seconds, hold_ns, outside = float(sys.argv[6]), int(sys.argv[7]) * 1000, int(sys.argv[8]) / 1e6
     Path(f"{out}.ready").write_text("")
     while not (out.parent / "go").exists():
         time.sleep(0.001)
@@ -97,7 +97,10 @@ def main() -> None:
         requested = time.monotonic_ns()
         release = acquire()
         acquired = time.monotonic_ns()
-        time.sleep(hold)
+        # Held for exactly `hold` (a spin on the monotonic clock: a sleep would round it up to
+        # the timer's granularity, differently in every language).
+        while time.monotonic_ns() < acquired + hold_ns:
+            pass
         released = time.monotonic_ns()
         release()
         lines.append(f"{requested} {acquired} {released}\n")

@@ -209,12 +209,17 @@ async fn contend(
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let deadline = now_ns() + (seconds * 1e9) as u64;
+    let hold_ns = u64::try_from(hold.as_nanos()).expect("a hold in range");
     let mut lines = String::new();
     while now_ns() < deadline {
         let requested = now_ns();
         let release = acquire().await;
         let acquired = now_ns();
-        tokio::time::sleep(hold).await;
+        // Held for exactly `hold` (a spin on the monotonic clock: tokio's timer rounds 1 ms up
+        // to about 2).
+        while now_ns() < acquired + hold_ns {
+            std::hint::spin_loop();
+        }
         let released = now_ns();
         release().await;
         lines.push_str(&format!("{requested} {acquired} {released}\n"));

@@ -192,7 +192,10 @@ public final class Worker {
             long requested = System.nanoTime();
             lock.acquire();
             long acquired = System.nanoTime();
-            TimeUnit.MICROSECONDS.sleep(holdUs);
+            // Held for exactly holdUs (a spin on the monotonic clock: a sleep rounds it up).
+            while (System.nanoTime() < acquired + holdUs * 1000) {
+                Thread.onSpinWait();
+            }
             long released = System.nanoTime();
             lock.release();
             lines.add(requested + " " + acquired + " " + released + "\n");
