@@ -464,16 +464,17 @@ pub(crate) async fn rw_rules(url: &str) {
         let other = other.clone();
         async move { other.write().acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        b.rw_lock("rules")
-            .read()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "a reader does not pass the waiting writer"
-    );
+    // Until the writer is queued a reader may still come in (and goes again); once it is,
+    // no reader passes it. Waited for by that event, not by a sleep a loaded machine outlasts.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while let Some(reader) = b.rw_lock("rules").read().try_acquire().await.unwrap() {
+        reader.release().await.unwrap();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a reader still passes the waiting writer after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         b.lock("rules").try_acquire().await.unwrap().is_some(),
         "the lock is apart"
