@@ -40,7 +40,8 @@ pub struct Config {
     /// Lock-delay (Chubby's idea; Redis only): a lock whose holder stops renewing it without
     /// releasing it stays taken for this long after its lease, so that a paused holder that
     /// wakes up cannot clash with a new holder in that window. The server keeps each lock for
-    /// `lease + lock_delay`; the holder's own validity still ends with the lease. A release
+    /// `lease + lock_delay` (the delay 1% longer, for clock rates; PROTOCOL.md §4); the
+    /// holder's own validity still ends with the lease. A release
     /// frees the lock at once. Zero (the default) is off.
     pub lock_delay: Duration,
     pub protocol: Protocol,

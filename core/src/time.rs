@@ -58,6 +58,14 @@ impl fmt::Debug for Instant {
     }
 }
 
+/// A lock-delay as the server is asked to keep it: 1% longer (whole ms, rounded up), so that on
+/// a server whose clock runs up to 1% fast it still lasts the delay in the client's time, as
+/// the drift allowance makes the lease do.
+pub(crate) fn server_delay(delay: Duration) -> Duration {
+    let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+    delay + Duration::from_millis(ms.div_ceil(100))
+}
+
 /// The safety margin subtracted from every lease (Redlock's clock drift allowance):
 /// 1% of the lease plus 2 ms.
 pub fn drift(lease: Duration) -> Duration {

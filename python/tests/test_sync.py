@@ -201,9 +201,10 @@ def test_memory_backend_needs_no_server() -> None:
 def test_lock_delay_keeps_the_lock_on_the_server_past_the_lease(redis: RedisServer) -> None:
     client = dlock.connect(redis.url, lock_delay=10.0)
     with client.lock("delayed", lease=1.0) as held:
-        # The server keeps the lock lease + delay: longer than the lease alone could last.
+        # The server keeps the lock lease + delay (the delay 1% longer, for clock rates):
+        # longer than the lease alone could last.
         ttl = client.status("delayed").ttl
-        assert ttl is not None and 1.0 < ttl <= 11.0, ttl
+        assert ttl is not None and 1.0 < ttl <= 11.1, ttl
         assert not held.is_lost
     assert client.status("delayed").owner is None, "a release frees the lock at once"
     with pytest.raises(dlock.InvalidArgument):

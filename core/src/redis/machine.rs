@@ -28,7 +28,7 @@ use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwHold, RwKeys,
     SemaphoreKeys, Value, Wake,
 };
-use crate::time::Instant;
+use crate::time::{Instant, server_delay};
 use crate::types::{
     Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
     Wait,
@@ -301,7 +301,8 @@ pub(crate) struct Redis<W: Wire = Lua> {
     jitter: Jitter,
     client_id: ClientId,
     waiter_lease: Duration,
-    /// Added to every lease the server is asked to keep (not to the holder's validity).
+    /// Added to every lease the server is asked to keep (not to the holder's validity):
+    /// the lock-delay, 1% longer ([`server_delay`]).
     lock_delay: Duration,
     channel: String,
 }
@@ -322,7 +323,7 @@ impl<W: Wire> Redis<W> {
             wire,
             client_id: config.client_id,
             waiter_lease: config.waiter_lease,
-            lock_delay: config.lock_delay,
+            lock_delay: server_delay(config.lock_delay),
             channel: redis::wake_channel(config.client_id),
         };
         Ok(Machine::new(

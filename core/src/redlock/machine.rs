@@ -16,7 +16,7 @@ use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::owner_token;
 use crate::redis::machine::extend;
 use crate::redis::{self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value};
-use crate::time::Instant;
+use crate::time::{Instant, server_delay};
 use crate::types::{
     Acquire, Event, HoldId, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response, Wait,
 };
@@ -158,7 +158,7 @@ impl Redlock {
         let redlock = Redlock {
             client_id: config.client_id,
             nodes,
-            lock_delay: config.lock_delay,
+            lock_delay: server_delay(config.lock_delay),
             jitter: Jitter::new(config.client_id),
             next_round: 1,
             rounds: BTreeMap::new(),
