@@ -28,6 +28,7 @@ test: setup
     cargo build -p dlock-core --target wasm32-wasip2
     just wasm
     cargo clippy --workspace --exclude dlock-component --all-targets -- -D warnings
+    cargo clippy -p dlock-core --features plants --all-targets -- -D warnings
     cargo clippy -p dlock-component --target wasm32-unknown-unknown -- -D warnings
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
     cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation
@@ -38,6 +39,7 @@ test: setup
     # 20,000 seeds (release, on every core): a bug that one seed in 5,000 shows is found with
     # 98% probability per run (the ZooKeeper parents hang showed on 6 of 30,000).
     DLOCK_SIM_SEEDS=20000 cargo test --release -p dlock-core --test simulation -- --nocapture
+    just plants
 
 # No test may depend on an idle machine: the hogs are started here and stopped by pid.
 # `just test` with two CPU hogs keeping both cores busy, as on a shared CI machine.
@@ -92,6 +94,12 @@ node-test:
 interop:
     # One backend pair at a time: eight workers and their servers each, on a shared machine.
     cargo test -p dlock-contract --test contention -- --ignored --nocapture --test-threads=1
+
+# Planted bugs (core/src/plant.rs), each switched on in turn in a test build of the core: the
+# simulation must catch each of its plants within CI's 20,000 seeds (it prints the seed and the
+# check), the differential test its Lua plant against redis-server.
+plants:
+    cargo test --release -p dlock-core --features plants --test simulation --test differential plants -- --ignored --nocapture --test-threads=1
 
 # The fault suite in full (tests/faults): every scenario, or those named, for ROUNDS rounds;
 # prints the table and writes tests/faults/results/latest.md. `just test` runs one round.

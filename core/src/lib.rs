@@ -83,6 +83,7 @@ mod jitter;
 mod lock;
 pub mod multi;
 mod owner;
+pub mod plant;
 pub mod redis;
 pub mod redlock;
 pub mod sql;

@@ -4,6 +4,8 @@ use core::fmt;
 use core::ops::{Add, Sub};
 use core::time::Duration;
 
+use crate::plant::{self, Plant};
+
 /// A point on the host's monotonic clock, in nanoseconds from an origin the host chooses.
 ///
 /// Only differences between instants of one engine carry meaning.
@@ -69,5 +71,11 @@ pub(crate) fn server_delay(delay: Duration) -> Duration {
 /// The safety margin subtracted from every lease (Redlock's clock drift allowance):
 /// 1% of the lease plus 2 ms.
 pub fn drift(lease: Duration) -> Duration {
+    if plant::on(Plant::NoDrift) {
+        return Duration::ZERO;
+    }
+    if plant::on(Plant::DriftHalved) {
+        return lease / 200 + Duration::from_millis(2);
+    }
     lease / 100 + Duration::from_millis(2)
 }

@@ -321,6 +321,13 @@ struct Stalled;
 
 impl Pair {
     fn start() -> Self {
+        // `just plants`: a planted bug in a Lua script (core/src/plant.rs) that these
+        // comparisons must catch.
+        #[cfg(feature = "plants")]
+        if let Ok(name) = std::env::var("DLOCK_PLANT") {
+            let plant = dlock_core::plant::Plant::named(&name).expect("DLOCK_PLANT names a plant");
+            dlock_core::plant::set(Some(plant));
+        }
         let server = RedisServer::start();
         let con = resp::Client::open(server.url())
             .and_then(|c| c.get_connection())
@@ -906,4 +913,40 @@ fn fairness(rng: &mut Rng) -> redis::Fairness {
     } else {
         redis::Fairness::Fair
     }
+}
+
+/// `just plants`: every planted bug credited to this test (a Lua script that differs from its
+/// reference twin, core/src/plant.rs) fails at least one comparison against redis-server.
+#[cfg(feature = "plants")]
+#[test]
+#[ignore = "run by `just plants`, with the plants feature, alone in its process"]
+fn plants() {
+    use dlock_core::plant::{self, Plant};
+    let comparisons: [(&str, fn()); 4] = [
+        ("reference_store", reference_store_matches_redis_server),
+        ("non_fair_scripts", non_fair_scripts_match_redis_server),
+        ("permit_scripts", permit_scripts_match_redis_server),
+        ("rw_scripts", rw_scripts_match_redis_server),
+    ];
+    // The failed comparisons are expected: keep their panics quiet.
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut missed = Vec::new();
+    for p in Plant::ALL {
+        if p.caught_by() != "differential" {
+            continue;
+        }
+        plant::set(Some(p));
+        let failed: Vec<&str> = comparisons
+            .iter()
+            .filter(|(_, compare)| std::panic::catch_unwind(compare).is_err())
+            .map(|(name, _)| *name)
+            .collect();
+        if failed.is_empty() {
+            missed.push(p.name());
+        }
+        println!("plant {:<26} failed comparisons: {failed:?}", p.name());
+    }
+    plant::set(None);
+    let _ = std::panic::take_hook();
+    assert!(missed.is_empty(), "planted bugs not caught: {missed:?}");
 }

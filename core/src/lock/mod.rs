@@ -37,6 +37,7 @@ use crate::base::{
 };
 use crate::config::Config;
 use crate::error::Error;
+use crate::plant::{self, Plant};
 use crate::status::HoldInfo;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
@@ -50,6 +51,14 @@ use tenures::{Held, State, Tenure, Tenures, Waiting};
 /// confirmed it, less the drift allowance.
 pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
     sent + lease - drift(lease)
+}
+
+/// When a hold valid until `valid_until` is lost: then, unless a bug is planted.
+fn expire_at(valid_until: Instant, lease: Duration) -> Instant {
+    if plant::on(Plant::LostLate) {
+        return valid_until + lease / 2;
+    }
+    valid_until
 }
 
 /// A backend's protocol, as a strategy of the lifecycle.
@@ -255,11 +264,14 @@ impl<B: Backend> Lifecycle<B> {
             return;
         };
         let now = self.base.now;
-        let max_hold = self.tenures.get(seq).and_then(|t| t.max_hold);
+        let (max_hold, lease) = self
+            .tenures
+            .get(seq)
+            .map_or((None, Duration::ZERO), |t| (t.max_hold, t.lease));
         let timers = &mut self.base.timers;
         timers.clear(Timer::WaitDeadline(seq));
         timers.clear(Timer::Backend(B::waiter_timer(seq)));
-        timers.set(Timer::Expire(seq), valid_until);
+        timers.set(Timer::Expire(seq), expire_at(valid_until, lease));
         if B::RENEWS_HOLDS {
             timers.set(Timer::Renew(seq), renew_at.max(now));
         }
@@ -286,7 +298,9 @@ impl<B: Backend> Lifecycle<B> {
         };
         h.valid_until = h.valid_until.max(valid_until(sent, lease));
         let (valid_until, renewing) = (h.valid_until, h.renewing);
-        self.base.timers.set(Timer::Expire(seq), valid_until);
+        self.base
+            .timers
+            .set(Timer::Expire(seq), expire_at(valid_until, lease));
         if B::RENEWS_HOLDS && !renewing {
             let at = (sent + lease / 3).max(now);
             self.base.timers.set(Timer::Renew(seq), at);

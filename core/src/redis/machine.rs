@@ -24,6 +24,7 @@ use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure, Tenures};
 use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::{owner_token, token_seq};
+use crate::plant::{self, Plant};
 use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwHold, RwKeys,
     SemaphoreKeys, Value, Wake,
@@ -663,6 +664,10 @@ impl<W: Wire> Redis<W> {
                     self.send_acquire(life, seq);
                 }
             }
+            Place::Queued { at, .. } if plant::on(Plant::StaleWakeUpTrusted) => {
+                let valid = valid_until(at, wl);
+                life.grant(self, seq, Held::new(fencing_token, 1, valid, 0), now);
+            }
             Place::Queued { .. } => {} // stale: that hand-off ended before our latest request ran
             Place::Try | Place::Joining => self.send_acquire(life, seq),
         }
@@ -808,12 +813,19 @@ impl<W: Wire> Backend for Redis<W> {
         reply: Result<Value, Error>,
     ) {
         let sent = req.sent_at;
+        let from_reply = |plant| if plant::on(plant) { life.now() } else { sent };
         match req.purpose {
-            Purpose::Acquire { seq, mode } => self.on_acquire(life, seq, mode, sent, reply),
+            Purpose::Acquire { seq, mode } => {
+                let sent = from_reply(Plant::ValidityFromReply);
+                self.on_acquire(life, seq, mode, sent, reply)
+            }
             Purpose::Reenter { seq, op, lease } => {
                 self.on_reenter(life, seq, op, lease, sent, reply)
             }
-            Purpose::Renew { items } => self.on_renew(life, items, sent, reply),
+            Purpose::Renew { items } => {
+                let sent = from_reply(Plant::RenewalFromReply);
+                self.on_renew(life, items, sent, reply)
+            }
             Purpose::Release { seq, op, count } => self.on_release(life, seq, op, count, reply),
             Purpose::Extend { seq, op, lease } => self.on_extend(life, seq, op, lease, sent, reply),
             Purpose::Cleanup => {}

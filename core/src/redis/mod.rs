@@ -10,6 +10,7 @@ use core::time::Duration;
 
 use crate::error::Error;
 use crate::ids::ClientId;
+use crate::plant::{self, Plant};
 use crate::status::LockStatus;
 
 /// Version of the key layout and scripts in this module.
@@ -116,7 +117,14 @@ impl Script {
             Script::RwRelease => (&[HOLDERS, RW][..], include_str!("lua/rw_release.lua")),
             Script::RwDequeue => (&[HOLDERS, RW][..], include_str!("lua/rw_dequeue.lua")),
         };
-        [&[PRELUDE][..], helpers, &[body][..]].concat().concat()
+        let source = [&[PRELUDE][..], helpers, &[body][..]].concat().concat();
+        if self == Script::Release && plant::on(Plant::ReleaseTokenMinusOne) {
+            let wake =
+                "wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now)))";
+            let planted = "wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now) - 1))";
+            return source.replace(wake, planted);
+        }
+        source
     }
 }
 

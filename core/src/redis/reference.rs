@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::{Script, Value};
+use crate::plant::{self, Plant};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Data {
@@ -111,6 +112,12 @@ impl Store {
                 (k.clone(), shown)
             })
             .collect()
+    }
+
+    /// `PTTL` at server time `now_ms`, for inspection: ms left, -1 without expiry, -2 absent.
+    pub fn pttl_at(&mut self, now_ms: u64, key: &str) -> i64 {
+        self.now = now_ms;
+        self.pttl(key)
     }
 
     /// `HGET` at server time `now_ms`, for inspection (status commands, tests).
@@ -300,6 +307,9 @@ impl Store {
             self.set(&sem.capacity, &permits.to_string());
         }
         let mut free = permits - held;
+        if plant::on(Plant::PermitWhenNoneFree) {
+            free = free.max(1);
+        }
         if free > 0 && barge {
             self.lrem(queue, token)?;
             self.zrem(waiters, token)?;
@@ -443,9 +453,14 @@ impl Store {
         let first = head.as_ref().is_none_or(|(h, _)| h == token);
         let writing = self.hget(&rw.writer, "owner")?;
         let take = if want == "write" {
-            first && writing.is_none() && self.live_holders(&rw.readers, &rw.prefix)?.0 == 0
+            first
+                && writing.is_none()
+                && (self.live_holders(&rw.readers, &rw.prefix)?.0 == 0
+                    || plant::on(Plant::WriteBesideReaders))
         } else {
-            (first && writing.is_none()) || (mine.is_some() && writing.as_ref() == mine)
+            let downgrade = mine.is_some()
+                && (writing.as_ref() == mine || plant::on(Plant::DowngradeForAnyone));
+            (first && writing.is_none()) || downgrade
         };
         if take {
             self.lrem(&rw.queue, token)?;
@@ -669,7 +684,11 @@ impl Store {
         let Some((head, deadline)) = self.pop_head(queue, waiters, now)? else {
             return Ok(0);
         };
-        let token = self.grant(lock, &head, fence, now, deadline - now as i64)?;
+        let mut ttl = deadline - now as i64;
+        if plant::on(Plant::LongHandOff) {
+            ttl += 30_000;
+        }
+        let token = self.grant(lock, &head, fence, now, ttl)?;
         self.wake(&head, &token.to_string());
         Ok(1)
     }
@@ -694,7 +713,7 @@ impl Store {
     fn next_token(&mut self, fence: &str, now: u64) -> Result<i64, String> {
         let token = self.incr(fence)?;
         let floor = i64::try_from(now).map_or(i64::MAX, |ms| ms.saturating_mul(1000));
-        if token >= floor {
+        if token >= floor || plant::on(Plant::NoTimeFloor) {
             return Ok(token);
         }
         if let Some(e) = self.live(fence) {

@@ -14,6 +14,7 @@ use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
 use crate::owner::owner_token;
+use crate::plant::{self, Plant};
 use crate::redis::machine::extend;
 use crate::redis::{self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value};
 use crate::time::{Instant, server_delay};
@@ -339,7 +340,13 @@ impl Redlock {
             // The tenure's token: the largest counter of the granting nodes. Every granting
             // node read its counter while it held the lock for us, so a majority's largest
             // value is above every token a majority carried before (PROTOCOL.md §9).
-            let token = granted.iter().map(|&(_, v)| v).max().unwrap_or(0);
+            let counters = granted.iter().map(|&(_, v)| v);
+            let token = if plant::on(Plant::RedlockSmallestCounter) {
+                counters.min()
+            } else {
+                counters.max()
+            }
+            .unwrap_or(0);
             let behind: Vec<u32> = granted
                 .iter()
                 .filter(|&&(_, v)| v < token)

@@ -24,7 +24,8 @@ use crate::ids::ClientId;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, valid_until};
 use crate::owner::owner_token;
-use crate::time::Instant;
+use crate::plant::{self, Plant};
+use crate::time::{Instant, drift};
 use crate::types::{
     Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Response, Wait,
 };
@@ -189,8 +190,17 @@ impl Zk {
     }
 
     /// Until when every hold is valid, from the session's latest confirmation.
+    /// The lease a confirmation proves: the session timeout (from the send that was answered).
+    fn validity_lease(&self) -> Duration {
+        if plant::on(Plant::ZkLongValidity) {
+            return self.session_timeout * 3 / 2;
+        }
+        self.session_timeout
+    }
+
     fn valid_until(&self) -> Option<Instant> {
-        self.confirmed.map(|c| valid_until(c, self.session_timeout))
+        self.confirmed
+            .map(|c| valid_until(c, self.validity_lease()))
     }
 
     fn retry_delay(&self) -> Duration {
@@ -316,7 +326,9 @@ impl Zk {
             .map(|(_, c)| *c)
             .filter(|c| {
                 t.kind != Kind::Read
-                    || !(zk::is_reader(c) || t.data.downgrade.as_deref() == Some(*c))
+                    || !(plant::on(Plant::ZkReadersIgnoreWriters)
+                        || zk::is_reader(c)
+                        || t.data.downgrade.as_deref() == Some(*c))
             })
             .collect();
         let window = ahead.len().saturating_sub(permits);
@@ -513,7 +525,7 @@ impl Zk {
         }
         self.confirmed = Some(sent);
         for seq in life.tenures.holds() {
-            life.renewed(seq, sent, self.session_timeout, false);
+            life.renewed(seq, sent, self.validity_lease(), false);
         }
     }
 
@@ -639,7 +651,14 @@ impl Backend for Zk {
 
     fn on_reply(&mut self, life: &mut Life, req: InFlight<Purpose>, reply: Result<ZkReply, Error>) {
         if reply.is_ok() {
-            self.confirm(life, req.sent_at);
+            let sent = if plant::on(Plant::ZkValidityFromReply) {
+                life.now()
+            } else if plant::on(Plant::ZkNoDrift) {
+                req.sent_at + drift(self.session_timeout)
+            } else {
+                req.sent_at
+            };
+            self.confirm(life, sent);
         }
         // A pending tenure has at most one request under way: whatever its answer, the next
         // step (or a retry, or a reconnect) may send again. Idle again here, once, so that no
