@@ -135,6 +135,20 @@ impl Engine {
         with_machine!(self, m => m.hold(hold))
     }
 
+    /// Until when a held lock or multi-lock is valid, as the engine knows it now (`None` if it
+    /// is not held). ZooKeeper moves every hold's validity on with each answer of its session
+    /// and announces it only with the heartbeat's [`Event::Renewed`]; a multi-lock is valid
+    /// until its earliest member is.
+    pub fn valid_until(&self, hold: HoldId) -> Option<Instant> {
+        if let Some(members) = self.multis.members_of(hold) {
+            return members
+                .map(|m| self.hold(m).map(|h| h.valid_until))
+                .min()
+                .flatten();
+        }
+        self.hold(hold).map(|h| h.valid_until)
+    }
+
     /// Feeds one input. Timers due at `now` run first, so a late reply can never revive a
     /// lock whose validity has already run out.
     pub fn handle_input(&mut self, now: Instant, input: Input) {

@@ -225,6 +225,12 @@ impl Multis {
         }
     }
 
+    /// The member holds of owned multi-lock `multi`, `None` if it is not one.
+    pub(crate) fn members_of(&self, multi: HoldId) -> Option<impl Iterator<Item = HoldId> + '_> {
+        let lock = self.locks.get(&multi).filter(|l| l.owned)?;
+        Some(lock.held.iter().map(|h| h.hold))
+    }
+
     pub(crate) fn next_command(&mut self) -> Option<ToMachine> {
         self.commands.pop_front()
     }

@@ -954,10 +954,13 @@ fn a_multi_lock_takes_every_name_in_canonical_order_and_releases_them_all() {
         ] => {
             assert_eq!((*op, *h), (OpId(2), hold));
             assert!(*valid_until > bed.now + 19 * SEC);
+            // The engine's own view of the multi-lock: its earliest member's validity.
+            assert_eq!(bed.engines[0].valid_until(hold), Some(*valid_until));
         }
         other => panic!("{other:?}"),
     }
     bed.cmd(0, Command::Release { op: OpId(3), hold });
+    assert_eq!(bed.engines[0].valid_until(hold), None, "released");
     assert_eq!(
         bed.take(0),
         [Event::Released {
