@@ -39,6 +39,7 @@ test: setup
     # 20,000 seeds (release, on every core): a bug that one seed in 5,000 shows is found with
     # 98% probability per run (the ZooKeeper parents hang showed on 6 of 30,000).
     DLOCK_SIM_SEEDS=20000 cargo test --release -p dlock-core --test simulation -- --nocapture
+    cargo test --release -p dlock-core --test model_check -- --nocapture
     just plants
 
 # No test may depend on an idle machine: the hogs are started here and stopped by pid.
@@ -135,6 +136,11 @@ core-is-sans-io:
 fuzz execs="300000":
     DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock-core --test fuzz -- --nocapture
     DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock --test fuzz_json -- --nocapture
+
+# The bounded model checker, deeper than `just test` runs it: every interleaving of two clients
+# with one fault and `ticks` timer firings (core/tests/model_check.rs).
+model-check ticks="5":
+    DLOCK_MC_TICKS={{ticks}} cargo test --release -p dlock-core --test model_check -- --nocapture
 
 # A long simulation run: `just simulate 20000` runs 20,000 seeds.
 simulate seeds="2000":

@@ -12,13 +12,13 @@ use crate::types::{
 };
 
 /// A request under way: when it was sent and what the machine wanted of it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct InFlight<P> {
     pub(crate) sent_at: Instant,
     pub(crate) purpose: P,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Base<P, T> {
     pub(crate) now: Instant,
     pub(crate) request_timeout: Duration,

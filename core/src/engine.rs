@@ -54,7 +54,7 @@ impl Protocol {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Inner {
     Redis(Machine<Redis>),
     Zk(Machine<Zk>),
@@ -67,7 +67,7 @@ enum Inner {
 /// Feed it with [`handle_input`](Self::handle_input) and
 /// [`handle_timeout`](Self::handle_timeout), then drain [`poll_output`](Self::poll_output)
 /// until it returns `None` and sleep until [`poll_timeout`](Self::poll_timeout).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Engine {
     config: Config,
     inner: Inner,

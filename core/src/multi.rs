@@ -55,7 +55,7 @@ enum Doing {
 }
 
 /// An application command on a multi-lock, under way.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct AppOp {
     multi: HoldId,
     doing: Doing,
@@ -65,7 +65,7 @@ struct AppOp {
     error: Option<Error>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct MultiLock {
     names: Vec<String>,
     lease: Duration,
@@ -100,7 +100,7 @@ impl MultiLock {
 }
 
 /// What the engine has its machine do for a multi-lock.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ToMachine {
     Command(Command),
     /// Stop renewing this member as if its lease had run out, without a release: under
@@ -121,7 +121,7 @@ struct MemberOp {
 
 /// The engine's multi-locks: it turns multi-lock commands into member commands for the
 /// backend's machine and member events into multi-lock events.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Multis {
     /// The last reserved id handed out (ops, owners and multi-lock holds).
     next: u64,

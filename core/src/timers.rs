@@ -25,7 +25,7 @@ pub(crate) enum Timer<T> {
     Backend(T),
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Timers<T> {
     by_time: BTreeSet<(Instant, Timer<T>)>,
     by_timer: BTreeMap<Timer<T>, Instant>,

@@ -66,7 +66,7 @@ fn expire_at(valid_until: Instant, lease: Duration) -> Instant {
 /// Every hook gets the lifecycle, through which it sends requests, sets its timers and moves
 /// tenures on ([`Lifecycle::grant`], [`Lifecycle::renewed`], [`Lifecycle::lose`],
 /// [`Lifecycle::abandon`], [`Lifecycle::retry`]).
-pub(crate) trait Backend: Sized + fmt::Debug {
+pub(crate) trait Backend: Sized + Clone + fmt::Debug {
     /// The backend's name in refusals ("Redlock offers no semaphores").
     const NAME: &'static str;
     /// The protocol its replies come in, for malformed-reply errors.
@@ -83,13 +83,13 @@ pub(crate) trait Backend: Sized + fmt::Debug {
     const RENEWS_HOLDS: bool;
 
     /// What it keeps per tenure (its keys, its directory).
-    type Tenure: fmt::Debug;
+    type Tenure: Clone + fmt::Debug;
     /// Where a pending acquire stands in its protocol.
-    type Pending: fmt::Debug;
+    type Pending: Clone + fmt::Debug;
     /// What it keeps per held tenure.
-    type Held: fmt::Debug;
+    type Held: Clone + fmt::Debug;
     /// Why a request was sent: what its reply moves on.
-    type Purpose: fmt::Debug;
+    type Purpose: Clone + fmt::Debug;
     /// Its own timers.
     type Timer: Copy + Ord + fmt::Debug;
     /// A reply in its protocol.
@@ -197,7 +197,7 @@ pub(crate) trait Backend: Sized + fmt::Debug {
 
 /// What every tenure of one machine shares: the clock, requests, timers and outputs
 /// ([`Base`]), and the tenure index.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Lifecycle<B: Backend> {
     pub(crate) base: Base<B::Purpose, B::Timer>,
     pub(crate) tenures: Tenures<B>,
@@ -457,7 +457,7 @@ impl<B: Backend> Lifecycle<B> {
 
 /// The machine behind one backend: the lifecycle and the backend's strategy.
 /// [`Engine`](crate::Engine) runs one.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Machine<B: Backend> {
     life: Lifecycle<B>,
     backend: B,

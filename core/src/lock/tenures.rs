@@ -11,7 +11,7 @@ use crate::time::Instant;
 use crate::types::{Kind, OpId, Wait};
 
 /// One tenure (or attempted tenure) of a lock by one owner of the engine.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Tenure<B: Backend> {
     pub(crate) name: String,
     pub(crate) owner: u64,
@@ -27,21 +27,21 @@ pub(crate) struct Tenure<B: Backend> {
     pub(crate) state: State<B>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum State<B: Backend> {
     Pending(Waiting<B::Pending>),
     Held(Held<B::Held>),
 }
 
 /// A pending acquire: its op, how long it may wait, and where the backend's protocol stands.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Waiting<P> {
     pub(crate) op: OpId,
     pub(crate) wait: Wait,
     pub(crate) state: P,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Held<H> {
     pub(crate) fencing_token: u64,
     /// Granted levels: acquisitions reported to the application minus releases.
@@ -66,7 +66,7 @@ impl<H> Held<H> {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Tenures<B: Backend> {
     by_seq: BTreeMap<u64, Tenure<B>>,
     /// (kind, name, owner) → tenure, for reentrancy and for "already waiting".

@@ -36,7 +36,7 @@ use crate::types::{
 };
 
 /// What carries the queue protocol's scripts to the server and their replies back.
-pub(crate) trait Wire: fmt::Debug + Sized {
+pub(crate) trait Wire: Clone + fmt::Debug + Sized {
     /// The backend's name in refusals.
     const NAME: &'static str;
     /// The protocol its replies come in, for malformed-reply errors.
@@ -69,7 +69,7 @@ pub(crate) trait Wire: fmt::Debug + Sized {
 }
 
 /// Redis: the scripts run with `EVALSHA`, wake-ups come by pub/sub.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Lua;
 
 impl Wire for Lua {
@@ -88,7 +88,7 @@ impl Wire for Lua {
 }
 
 /// What a Redis tenure is on the server.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Keys {
     /// The lock's keys; for a permit or a read-write hold, `lock` is the hold's own hash.
     pub(crate) keys: LockKeys,
@@ -98,7 +98,7 @@ pub(crate) struct Keys {
 }
 
 /// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Target {
     Lock,
     Permit {
@@ -230,7 +230,7 @@ impl Place {
 /// A pending acquire: its place in the queue, where its ACQUIREs stand, and the fencing token
 /// of a hand-off notice not yet acted on (it arrived while an ACQUIRE was under way, whose
 /// reply may prove it fresh or stale).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Pending {
     place: Place,
     step: Step,
@@ -253,7 +253,7 @@ impl Pending {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Purpose {
     /// ACQUIRE for a pending tenure.
     Acquire {
@@ -295,7 +295,7 @@ pub(crate) enum RedisTimer {
 }
 
 /// The Redis protocol's strategy, over the wire `W`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Redis<W: Wire = Lua> {
     wire: W,
     /// Jitter of a polling waiter's looks ([`Wire::poll`]).

@@ -29,14 +29,14 @@ const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
 /// A pending acquire: the attempt under way (`None` while backing off), and how many found
 /// no majority so far.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Pending {
     attempt: Option<Attempt>,
     tries: u32,
 }
 
 /// One round of ACQUIREs on every node, then RAISEs until a majority carries the token.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Attempt {
     round: u64,
     sent: Instant,
@@ -56,7 +56,7 @@ enum Answer {
     Failed,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Raising {
     token: u64,
     /// Nodes that carry `token` as this tenure's.
@@ -66,7 +66,7 @@ struct Raising {
 }
 
 /// A request to every node for some holds, settled per hold by a majority.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Round {
     sent: Instant,
     kind: RoundKind,
@@ -83,7 +83,7 @@ enum RoundKind {
     Release { op: OpId },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Item {
     seq: u64,
     lease: Duration,
@@ -101,7 +101,7 @@ enum Outcome {
     NoQuorum,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Purpose {
     Acquire {
         seq: u64,
@@ -128,7 +128,7 @@ pub(crate) enum RedlockTimer {
 
 /// The Redlock strategy: [`Engine`](crate::Engine) runs it for
 /// [`Protocol::Redlock`](crate::Protocol::Redlock).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Redlock {
     client_id: ClientId,
     nodes: u32,

@@ -32,7 +32,7 @@ use crate::types::{
 use crate::zk::{self, ZkOp, ZkReply};
 
 /// Where a ZooKeeper tenure lives.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Dir {
     /// The lock's directory node.
     dir: String,
@@ -42,7 +42,7 @@ pub(crate) struct Dir {
 
 /// A pending acquire: what we know of its contender node, where its requests stand, and the
 /// nodes ahead of it still to watch, set one after the other.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Pending {
     node: Node,
     step: Step,
@@ -90,7 +90,7 @@ pub(crate) enum Cleanup {
     },
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum Purpose {
     Parents {
         seq: u64,
@@ -132,7 +132,7 @@ pub(crate) enum ZkTimer {
 }
 
 /// The ZooKeeper strategy.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Zk {
     client_id: ClientId,
     root: String,

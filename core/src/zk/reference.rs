@@ -32,7 +32,7 @@ pub struct Outcome {
     pub fired: Vec<(SessionId, String)>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Store {
     nodes: BTreeMap<String, Node>,
     sessions: BTreeSet<SessionId>,
