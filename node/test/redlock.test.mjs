@@ -17,13 +17,15 @@ const url = () => `redlock://${nodes.map((n) => `127.0.0.1:${n.port}`).join(',')
 test('Redlock excludes, renews on a majority and fences', async () => {
   const a = await connect(url())
   const b = await connect(url())
-  const held = await a.lock('job', { leaseMs: 600 }).acquire()
+  // A lease long enough that a loaded machine's stall cannot let a node's key run out.
+  const held = await a.lock('job', { leaseMs: 2000 }).acquire()
   assert.equal(await b.lock('job').tryAcquire(), null)
   const status = await a.status('job')
   assert.equal(status.fencingToken, held.fencingToken)
-  // One node's keys vanish behind the holder's back: the other two keep renewing it.
+  // One node's keys vanish behind the holder's back: the other two keep renewing it past
+  // its lease.
   nodes[0].cli('FLUSHALL')
-  await sleep(1500)
+  await sleep(2500)
   assert.equal(held.lostReason, null)
   assert.equal(await b.lock('job').tryAcquire(), null)
   await held.release()
