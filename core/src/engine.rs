@@ -137,7 +137,7 @@ impl Engine {
 
     /// Until when a held lock or multi-lock is valid, as the engine knows it now (`None` if it
     /// is not held). ZooKeeper moves every hold's validity on with each answer of its session
-    /// and announces it only with the heartbeat's [`Event::Renewed`]; a multi-lock is valid
+    /// and announces it only with the heartbeat's [`Event::Renewed`](crate::Event::Renewed); a multi-lock is valid
     /// until its earliest member is.
     pub fn valid_until(&self, hold: HoldId) -> Option<Instant> {
         if let Some(members) = self.multis.members_of(hold) {

@@ -2,10 +2,10 @@
 //! kept here so that `just plants` can switch it on and require the checks that SAFETY.md
 //! credits (the simulation's invariants, the differential test) to catch it.
 //!
-//! Without the `plants` feature, [`on`] is a constant `false` and every planted branch
+//! Without the `plants` feature, `plant::on` is a constant `false` and every planted branch
 //! compiles away: no build a user gets can switch one on. With it (`cargo test -p dlock-core
-//! --features plants`), [`set`] picks at most one for the whole process, and the simulation
-//! and the differential test read `DLOCK_PLANT`.
+//! --features plants`), `set` picks at most one for the whole process, and the simulation,
+//! the differential test and the model checker read `DLOCK_PLANT` (`set_from_env`).
 
 /// One planted bug. Its [`name`](Plant::name) is what `DLOCK_PLANT` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +110,13 @@ impl Plant {
     }
 }
 
+/// The plants `check` (`simulation` or `differential`) is credited with catching.
+pub fn credited_to(check: &str) -> impl Iterator<Item = Plant> + '_ {
+    Plant::ALL
+        .into_iter()
+        .filter(move |p| p.caught_by() == check)
+}
+
 #[cfg(feature = "plants")]
 static ACTIVE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
@@ -118,6 +125,17 @@ static ACTIVE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize
 pub fn set(plant: Option<Plant>) {
     let index = plant.map_or(0, |p| p as usize + 1);
     ACTIVE.store(index, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Switches on the plant that the environment variable `DLOCK_PLANT` names, if it is set: how
+/// a test replays the seed or the path that caught one. Panics on a name that is no plant.
+#[cfg(feature = "plants")]
+pub fn set_from_env() {
+    if let Ok(name) = std::env::var("DLOCK_PLANT") {
+        let plant = Plant::named(&name)
+            .unwrap_or_else(|| panic!("DLOCK_PLANT={name} names no plant (core/src/plant.rs)"));
+        set(Some(plant));
+    }
 }
 
 /// Whether `plant` is switched on: always false without the `plants` feature.

@@ -324,10 +324,7 @@ impl Pair {
         // `just plants`: a planted bug in a Lua script (core/src/plant.rs) that these
         // comparisons must catch.
         #[cfg(feature = "plants")]
-        if let Ok(name) = std::env::var("DLOCK_PLANT") {
-            let plant = dlock_core::plant::Plant::named(&name).expect("DLOCK_PLANT names a plant");
-            dlock_core::plant::set(Some(plant));
-        }
+        dlock_core::plant::set_from_env();
         let server = RedisServer::start();
         let con = resp::Client::open(server.url())
             .and_then(|c| c.get_connection())
@@ -921,7 +918,7 @@ fn fairness(rng: &mut Rng) -> redis::Fairness {
 #[test]
 #[ignore = "run by `just plants`, with the plants feature, alone in its process"]
 fn plants() {
-    use dlock_core::plant::{self, Plant};
+    use dlock_core::plant;
     let comparisons: [(&str, fn()); 4] = [
         ("reference_store", reference_store_matches_redis_server),
         ("non_fair_scripts", non_fair_scripts_match_redis_server),
@@ -931,10 +928,7 @@ fn plants() {
     // The failed comparisons are expected: keep their panics quiet.
     std::panic::set_hook(Box::new(|_| {}));
     let mut missed = Vec::new();
-    for p in Plant::ALL {
-        if p.caught_by() != "differential" {
-            continue;
-        }
+    for p in plant::credited_to("differential") {
         plant::set(Some(p));
         let failed: Vec<&str> = comparisons
             .iter()

@@ -601,10 +601,7 @@ fn models() -> Vec<(Model, usize)> {
 #[test]
 fn model_check() {
     #[cfg(feature = "plants")]
-    if let Ok(name) = std::env::var("DLOCK_PLANT") {
-        let plant = dlock_core::plant::Plant::named(&name).expect("DLOCK_PLANT names a plant");
-        dlock_core::plant::set(Some(plant));
-    }
+    dlock_core::plant::set_from_env();
     let limit = env("DLOCK_MC_STATES").unwrap_or(5_000_000);
     let ticks = env("DLOCK_MC_TICKS").map(|t| t as u32);
     for (mut model, depth) in models() {

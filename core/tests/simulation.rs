@@ -2075,10 +2075,7 @@ fn simulation() {
     let trace = std::env::var_os("DLOCK_SIM_TRACE").is_some();
     // A planted bug (core/src/plant.rs) to replay the seed that caught it.
     #[cfg(feature = "plants")]
-    if let Ok(name) = std::env::var("DLOCK_PLANT") {
-        let plant = dlock_core::plant::Plant::named(&name).expect("DLOCK_PLANT names a plant");
-        dlock_core::plant::set(Some(plant));
-    }
+    dlock_core::plant::set_from_env();
     let seeds: Vec<u64> = match env("DLOCK_SIM_SEED") {
         Some(seed) => vec![seed],
         None => (1..=env("DLOCK_SIM_SEEDS").unwrap_or(2000)).collect(),
@@ -2129,15 +2126,12 @@ fn simulation() {
 #[test]
 #[ignore = "run by `just plants`, with the plants feature, alone in its process"]
 fn plants() {
-    use dlock_core::plant::{self, Plant};
+    use dlock_core::plant;
     let seeds: Vec<u64> = (1..=env("DLOCK_SIM_SEEDS").unwrap_or(20_000)).collect();
     // The violations are expected: keep their panics quiet.
     std::panic::set_hook(Box::new(|_| {}));
     let mut missed = Vec::new();
-    for p in Plant::ALL {
-        if p.caught_by() != "simulation" {
-            continue;
-        }
+    for p in plant::credited_to("simulation") {
         plant::set(Some(p));
         let started = std::time::Instant::now();
         match run_seeds(&seeds, false) {
