@@ -137,10 +137,10 @@ fuzz execs="300000":
     DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock-core --test fuzz -- --nocapture
     DLOCK_FUZZ_EXECS={{execs}} cargo test --release -p dlock --test fuzz_json -- --nocapture
 
-# The bounded model checker, deeper than `just test` runs it: every interleaving of two clients
-# with one fault and `ticks` timer firings (core/tests/model_check.rs).
-model-check ticks="5":
-    DLOCK_MC_TICKS={{ticks}} cargo test --release -p dlock-core --test model_check -- --nocapture
+# The bounded model checker, deeper than `just test` runs it: every path may fire `more` more
+# timers (core/tests/model_check.rs).
+model-check more="1":
+    DLOCK_MC_MORE_TICKS={{more}} cargo test --release -p dlock-core --test model_check -- --nocapture
 
 # A long simulation run: `just simulate 20000` runs 20,000 seeds.
 simulate seeds="2000":
