@@ -24,11 +24,11 @@
 //! prints the shortest path to it.
 //!
 //! Within those bounds the search is exhaustive: it ends when no new state is left. `just test`
-//! runs the configurations of [`models`] (two clients, one fault, 3 ticks); `just
-//! model-check` gives every path one more (1.2 million states each) (`DLOCK_MC_MORE_TICKS`; `DLOCK_MC_LEVELS=1`
-//! prints the states per depth, `DLOCK_MC_STATES` caps the search). With the `plants` feature, `DLOCK_PLANT` plants
-//! a bug: `long-hand-off` is caught in 7 moves, `lost-late` in 13; the others need clock
-//! skew or longer runs, which the simulation has.
+//! runs the configurations of [`models`] (two clients, one fault, 3 ticks); `just model-check`
+//! gives every path one more tick, about 1.2 million states each (`DLOCK_MC_MORE_TICKS`;
+//! `DLOCK_MC_LEVELS=1` prints the states per depth, `DLOCK_MC_STATES` caps the search). With
+//! the `plants` feature, `DLOCK_PLANT` plants a bug: `long-hand-off` is caught in 7 moves,
+//! `lost-late` in 13; the others need clock skew or longer runs, which the simulation has.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet, VecDeque};
