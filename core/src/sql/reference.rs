@@ -352,6 +352,17 @@ impl Store {
         }
     }
 
+    /// A non-fair release wakes the first live waiter to race for what it freed: on PostgreSQL
+    /// (dropping the dead waiters ahead of it, as `dlock_live_head_v1` does). MySQL has no push
+    /// channel: its procedures leave the queue as it is, and the waiters look again.
+    fn wake_first(&mut self, name: &str, kind: &'static str, t: u64) {
+        if self.dialect == Dialect::Postgres
+            && let Some(head) = self.live_head(name, kind, t)
+        {
+            self.wake(&head.owner, "free");
+        }
+    }
+
     /// `dlock_free_v1`.
     fn free(&mut self, name: &str, kind: &'static str) {
         let row = self.row(name, kind);
@@ -418,9 +429,7 @@ impl Store {
         }
         if flag == "free" {
             self.free(name, LOCK);
-            if let Some(head) = self.live_head(name, LOCK, t) {
-                self.wake(&head.owner, "free");
-            }
+            self.wake_first(name, LOCK, t);
             return ints(&[2, 0]);
         }
         let handed = self.hand_off(name, t);
@@ -456,9 +465,7 @@ impl Store {
     fn give_back(&mut self, name: &str, token: &str, flag: &str, t: u64) -> i64 {
         self.remove_hold(name, SEMAPHORE, token);
         if flag == "free" {
-            if let Some(head) = self.live_head(name, SEMAPHORE, t) {
-                self.wake(&head.owner, "free");
-            }
+            self.wake_first(name, SEMAPHORE, t);
             return 0;
         }
         let (held, _, _) = self.live_holders(name, SEMAPHORE, t);
@@ -729,4 +736,48 @@ struct Acquire<'a> {
     mode: &'a str,
     wlease: i64,
     flag: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::Script;
+    use crate::sql::SqlSettings;
+
+    /// A non-fair release (and a non-fair permit release) wakes the first live waiter on
+    /// PostgreSQL, dropping the dead ones ahead of it, and leaves the queue alone on MySQL,
+    /// which wakes nobody — as the functions and procedures do (the differential test against
+    /// MariaDB found the reference pruning there too).
+    #[test]
+    fn a_non_fair_release_drops_dead_waiters_only_where_it_wakes() {
+        for (dialect, queued_after) in [(Dialect::Mysql, 1), (Dialect::Postgres, 0)] {
+            for (acquire, release, kind, count) in [
+                (Script::Acquire, Script::Release, LOCK, "1"),
+                (Script::PermitAcquire, Script::PermitRelease, SEMAPHORE, "1"),
+            ] {
+                let settings = SqlSettings::new(dialect);
+                let mut store = Store::new(dialect);
+                let mut run = |t: u64, script: Script, args: &[&str]| {
+                    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                    store
+                        .exec(t, &settings.call(script, &["m"], &args))
+                        .unwrap()
+                };
+                // `a` holds for a second; `b` queues with a 50 ms waiter lease, then dies.
+                run(0, acquire, &["a", "1000", count, "try", "50", ""]);
+                run(1_000, acquire, &["b", "1000", count, "wait", "50", ""]);
+                let release_args: &[&str] = match release {
+                    Script::Release => &["a", "0", "free"],
+                    _ => &["a", "free"],
+                };
+                let released = run(100_000, release, release_args);
+                assert!(
+                    released.notified.is_empty(),
+                    "{dialect:?}: nobody live to wake"
+                );
+                let queued = store.waiters.get(&key("m", kind)).map_or(0, Vec::len);
+                assert_eq!(queued, queued_after, "{dialect:?} {kind}");
+            }
+        }
+    }
 }
