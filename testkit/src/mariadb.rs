@@ -117,8 +117,14 @@ impl MariadbServer {
                 self.child = None;
                 return false; // exited: the port was taken, say
             }
-            if self.try_sql("SELECT 1").is_some() {
-                return true;
+            // The server that answers must be ours: another test's server that took the
+            // same free port answers too, while ours fails to bind and exits.
+            if let Some(datadir) = self.try_sql("SELECT @@datadir") {
+                if Path::new(&datadir) == self.dir.join("data") {
+                    return true;
+                }
+                self.stop();
+                return false;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
