@@ -34,6 +34,24 @@ pub struct Outcome {
     pub published: Vec<(String, Vec<u8>)>,
 }
 
+/// One key of a [`Store::dump`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpedKey {
+    /// `TYPE value`, as [`Store::dump`] renders it.
+    pub shown: String,
+    /// Absolute expiry in server milliseconds (`PEXPIRETIME`), if any.
+    pub expires_at: Option<u64>,
+}
+
+/// A sorted set as [`Store::dump`] renders it: members in order, each with its score.
+pub fn zset_shown<'a>(members: impl IntoIterator<Item = (&'a str, f64)>) -> String {
+    let members: BTreeMap<&str, String> = members
+        .into_iter()
+        .map(|(m, score)| (m, score.to_string()))
+        .collect();
+    format!("zset {members:?}")
+}
+
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// An in-memory keyspace that runs the protocol's scripts.
@@ -96,9 +114,10 @@ impl Store {
         self.len(now_ms) == 0
     }
 
-    /// Every live key at server time `now_ms` with its contents, in a stable text form
-    /// (`TYPE key value`; sorted-set members without scores, sorted), for comparing keyspaces.
-    pub fn dump(&mut self, now_ms: u64) -> BTreeMap<String, String> {
+    /// Every live key at server time `now_ms` with its contents in a stable text form (`TYPE
+    /// value`; sorted-set members with their scores) and its absolute expiry, for comparing
+    /// keyspaces.
+    pub fn dump(&mut self, now_ms: u64) -> BTreeMap<String, DumpedKey> {
         self.len(now_ms);
         self.keys
             .iter()
@@ -107,11 +126,20 @@ impl Store {
                     Data::Str(s) => format!("string {s}"),
                     Data::Hash(h) => format!("hash {h:?}"),
                     Data::List(l) => format!("list {l:?}"),
-                    Data::ZSet(z) => format!("zset {:?}", z.keys().collect::<Vec<_>>()),
+                    Data::ZSet(z) => zset_shown(z.iter().map(|(m, s)| (m.as_str(), *s))),
                 };
-                (k.clone(), shown)
+                let expires_at = e.expires_at;
+                (k.clone(), DumpedKey { shown, expires_at })
             })
             .collect()
+    }
+
+    /// Sets or clears the absolute expiry of a live key, as `PEXPIREAT` / `PERSIST` would:
+    /// for a test that follows a real server's expiry times exactly.
+    pub fn set_expiry(&mut self, key: &str, expires_at: Option<u64>) {
+        if let Some(e) = self.live(key) {
+            e.expires_at = expires_at;
+        }
     }
 
     /// `PTTL` at server time `now_ms`, for inspection: ms left, -1 without expiry, -2 absent.
