@@ -1,13 +1,15 @@
-//! Crafted names cannot reach another lock's keys or nodes: names built from the characters
-//! that structure keys and paths (`{`, `}`, `%`, `/`, `.`, `:`, NUL, 4-byte UTF-8) are each a
-//! lock of their own, held at once, on real redis-server and ZooKeeper and on memory://; every
-//! key and node they make stays inside its own name's place.
+//! Crafted names cannot reach another lock's keys, nodes or rows: names built from the
+//! characters that structure keys, paths and SQL (`{`, `}`, `%`, `/`, `.`, `:`, `'`, `\`, `_`,
+//! NUL, 4-byte UTF-8) and names that a careless collation would confuse (case, a trailing space,
+//! composed and decomposed accents) are each a lock of their own, held at once, on real
+//! redis-server, ZooKeeper, PostgreSQL and MariaDB and on memory://; every key, node and row
+//! they make belongs to its own name.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use dlock::Client;
-use dlock_testkit::{RedisServer, ZkEnsemble};
+use dlock_testkit::{MariadbServer, PostgresServer, RedisServer, ZkEnsemble};
 
 mod common;
 use common::connect;
@@ -36,16 +38,24 @@ const NAMES: &[&str] = &[
     "a}:lock",
     "a.semaphore",
     "a.rwlock",
+    "A",
+    "a ",
+    "'",
+    "a'; DROP TABLE dlock_lock; --",
+    "\\",
+    "_",
+    "\u{e9}",
+    "e\u{301}",
 ];
 
 /// Holds every name as a lock, a permit of a one-permit semaphore and a write hold at once:
 /// had two of them shared a key or node, one acquire would find it taken. Then another
 /// client finds each of them taken, and each name's status shows its own tenure.
-async fn every_name_is_a_place_of_its_own(url: &str) {
+async fn every_name_is_a_place_of_its_own(url: &str, names: &[&str]) {
     let client = connect(url).await.unwrap();
     let other = connect(url).await.unwrap();
     let mut held = Vec::new();
-    for name in NAMES {
+    for name in names {
         let builders = [
             client.lock(*name),
             client.semaphore(*name, 1),
@@ -60,7 +70,7 @@ async fn every_name_is_a_place_of_its_own(url: &str) {
             );
         }
     }
-    for name in NAMES {
+    for name in names {
         assert!(
             other.lock(*name).try_acquire().await.unwrap().is_none(),
             "{name:?}"
@@ -85,7 +95,7 @@ async fn every_name_is_a_place_of_its_own(url: &str) {
             "{name:?}"
         );
     }
-    for (name, guards) in NAMES.iter().zip(held.chunks(3)) {
+    for (name, guards) in names.iter().zip(held.chunks(3)) {
         let status = client.status(name).await.unwrap();
         assert_eq!(status.fencing_token, guards[0].fencing_token(), "{name:?}");
         assert_eq!(status.count, 1, "{name:?}");
@@ -93,7 +103,7 @@ async fn every_name_is_a_place_of_its_own(url: &str) {
     for guard in held {
         guard.release().await.unwrap();
     }
-    for name in NAMES {
+    for name in names {
         assert!(
             other.lock(*name).try_acquire().await.unwrap().is_some(),
             "{name:?}"
@@ -104,13 +114,13 @@ async fn every_name_is_a_place_of_its_own(url: &str) {
 
 #[tokio::test]
 async fn crafted_names_stay_apart_in_memory() {
-    every_name_is_a_place_of_its_own("memory://crafted-names").await;
+    every_name_is_a_place_of_its_own("memory://crafted-names", NAMES).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crafted_names_stay_inside_their_hash_tag_on_redis() {
     let server = RedisServer::start();
-    every_name_is_a_place_of_its_own(&server.url()).await;
+    every_name_is_a_place_of_its_own(&server.url(), NAMES).await;
     let raw = redis::Client::open(server.url()).unwrap();
     let mut con = raw.get_multiplexed_async_connection().await.unwrap();
     let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
@@ -136,7 +146,7 @@ async fn crafted_names_stay_inside_their_hash_tag_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crafted_names_stay_one_node_below_the_root_on_zookeeper() {
     let zk = ZkEnsemble::start(1);
-    every_name_is_a_place_of_its_own(&zk.url()).await;
+    every_name_is_a_place_of_its_own(&zk.url(), NAMES).await;
     let client = zookeeper_client::Client::connect(&zk.hosts())
         .await
         .unwrap();
@@ -168,4 +178,48 @@ async fn crafted_names_stay_one_node_below_the_root_on_zookeeper() {
         places.len(),
         "one place per name and primitive"
     );
+}
+
+/// The names as the database stores them, in hex: every row of every table names one of
+/// `names` (compared as bytes, so no collation can have merged two of them).
+fn stored_names_are_the_names(hex_names: &str, names: &[&str]) {
+    let expected: BTreeSet<String> = names
+        .iter()
+        .map(|n| n.bytes().map(|b| format!("{b:02X}")).collect())
+        .collect();
+    let stored: BTreeSet<String> = hex_names.lines().map(str::to_uppercase).collect();
+    assert_eq!(stored, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crafted_names_are_rows_of_their_own_on_postgres() {
+    let db = PostgresServer::start();
+    // PostgreSQL's text holds no NUL: such a name is refused before anything is sent.
+    let (nul, names): (Vec<&str>, Vec<&str>) = NAMES.iter().partition(|n| n.contains('\0'));
+    let client = connect(&db.url()).await.unwrap();
+    for name in nul {
+        let err = client.lock(name).try_acquire().await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            dlock::ErrorCode::InvalidArgument,
+            "{name:?}: {err}"
+        );
+    }
+    every_name_is_a_place_of_its_own(&db.url(), &names).await;
+    let hex = |table| {
+        db.psql(&format!(
+            "SELECT DISTINCT encode(convert_to(name, 'UTF8'), 'hex') FROM {table}"
+        ))
+    };
+    stored_names_are_the_names(&hex("dlock_lock"), &names);
+    assert_eq!(hex("dlock_holder"), "", "every hold released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crafted_names_are_rows_of_their_own_on_mariadb() {
+    let db = MariadbServer::start();
+    every_name_is_a_place_of_its_own(&db.url(), NAMES).await;
+    let hex = |table| db.sql(&format!("SELECT DISTINCT HEX(name) FROM dlock.{table}"));
+    stored_names_are_the_names(&hex("dlock_lock"), NAMES);
+    assert_eq!(hex("dlock_holder"), "", "every hold released");
 }
