@@ -15,8 +15,8 @@ pub enum Protocol {
     /// Redlock over this many independent Redis servers: [`crate::redlock`]. Requests name
     /// their node ([`Op::Redlock`](crate::Op::Redlock)).
     Redlock { nodes: u32 },
-    /// A SQL database (PostgreSQL): [`crate::sql`]. The queue protocol of one Redis, run by
-    /// the database's functions.
+    /// A SQL database (PostgreSQL, MySQL, MariaDB): [`crate::sql`]. The queue protocol of one
+    /// Redis, run by the database's functions.
     Sql(SqlSettings),
 }
 
