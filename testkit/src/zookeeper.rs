@@ -1,6 +1,6 @@
 //! ZooKeeper servers of our own (Debian's `zookeeper` package, run with the JVM): one
 //! standalone server or an ensemble of several, each on free loopback ports in its own
-//! temporary directory.
+//! temporary directory; or one server that also listens for TLS clients.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -8,15 +8,30 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, temp_dir};
+use crate::{free_port, make_certificates, temp_dir};
 
 const CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
+
+/// Netty (Debian's libnetty-java, a dependency of its zookeeper package), which a server needs
+/// for `secureClientPort`.
+const NETTY: &[&str] = &[
+    "buffer",
+    "codec",
+    "common",
+    "handler",
+    "resolver",
+    "transport",
+    "transport-native-epoll",
+    "transport-native-unix-common",
+];
 
 #[derive(Debug)]
 struct Node {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
+    /// The TLS port (`secureClientPort`), if the server has one.
+    secure_port: Option<u16>,
 }
 
 /// One ZooKeeper server (`ZkEnsemble::start(1)`) or an ensemble of several.
@@ -30,6 +45,18 @@ impl ZkEnsemble {
     /// quorum with a leader). `tickTime` is 200 ms, so the server grants session timeouts
     /// from 400 ms to 4 s: short session-expiry tests.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, false)
+    }
+
+    /// Starts one server that also serves TLS clients on a `secureClientPort`, with a fresh CA
+    /// and a certificate for 127.0.0.1 made by the `openssl` command (its plain port stays, for
+    /// four-letter commands). `Err` says why that is not possible here.
+    pub fn start_tls() -> Result<Self, String> {
+        crate::openssl_available()?;
+        Ok(Self::start_with(1, true))
+    }
+
+    fn start_with(n: usize, tls: bool) -> Self {
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
@@ -44,6 +71,21 @@ impl ZkEnsemble {
                  maxClientCnxns=0\nminSessionTimeout=400\nmaxSessionTimeout=20000\n",
                 data.display()
             );
+            let secure_port = tls.then(free_port);
+            if let Some(port) = secure_port {
+                make_certificates(&dir).expect("certificates");
+                let pem = |name: &str| std::fs::read_to_string(dir.join(name)).expect("PEM");
+                let store = dir.join("server.pem");
+                std::fs::write(&store, pem("server.key") + &pem("server.crt")).expect("PEM");
+                cfg += &format!(
+                    "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth=none\n",
+                    store.display(),
+                    dir.join("ca.crt").display()
+                );
+            }
             if n > 1 {
                 std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
                 for (j, (_, p, e)) in ports.iter().enumerate() {
@@ -55,6 +97,7 @@ impl ZkEnsemble {
                 child: None,
                 dir,
                 port: *client,
+                secure_port,
             });
         }
         let mut ensemble = ZkEnsemble { nodes };
@@ -70,13 +113,19 @@ impl ZkEnsemble {
     fn launch(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         let log = std::fs::File::create(node.dir.join("zookeeper.log")).expect("log file");
+        let mut classpath = CLASSPATH.to_owned();
+        if node.secure_port.is_some() {
+            for jar in NETTY {
+                classpath += &format!(":/usr/share/java/netty-{jar}.jar");
+            }
+        }
         let child = Command::new("java")
             .args([
                 "-Xmx256m",
                 "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1",
                 "-cp",
-                CLASSPATH,
+                &classpath,
             ])
             .arg(format!("-Dzookeeper.log.dir={}", node.dir.display()))
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -90,15 +139,18 @@ impl ZkEnsemble {
     }
 
     /// Waits until server `i` answers `srvr` with a `Mode:` line (standalone, leader or
-    /// follower).
+    /// follower), and `conf` with its own data directory: free ports come from binding port
+    /// 0 and letting go, so another test's server may have taken the same port and answer.
     ///
     /// A server that exits at once is started again: its port can be briefly taken by a
     /// client that keeps reconnecting to it, whose socket Linux may bind to that very port
     /// (a TCP self-connect) while nobody listens there.
     fn wait_serving(&mut self, i: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let data = self.nodes[i].dir.join("data").display().to_string();
+        let ours = |port| four_letter(port, "conf").is_ok_and(|conf| conf.contains(&data));
         while Instant::now() < deadline {
-            if self.mode(i).is_some() {
+            if self.mode(i).is_some() && ours(self.nodes[i].port) {
                 return;
             }
             let exited = self.nodes[i]
@@ -142,6 +194,20 @@ impl ZkEnsemble {
     /// `zk://` URL of the whole ensemble.
     pub fn url(&self) -> String {
         format!("zk://{}", self.hosts())
+    }
+
+    /// `host:port` of every server's TLS port (servers started by [`start_tls`](Self::start_tls)).
+    pub fn secure_hosts(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.secure_port.expect("a TLS server")))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.nodes[0].dir.join("ca.crt")
     }
 
     pub fn port(&self, i: usize) -> u16 {

@@ -324,3 +324,33 @@ async fn digest_credentials_protect_the_nodes() {
     assert!(mallory.lock("invoice").try_acquire().await.is_err());
     guard.release().await.unwrap();
 }
+
+/// `sslmode=verify-full` with the server's CA: the client locks over the server's
+/// `secureClientPort`, which speaks only TLS. Refused: the same port without TLS, TLS with
+/// the system's roots (which do not know the test CA), a CA file that does not exist, and a CA
+/// file without TLS asked for (a bad URL, before anything is sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_verifies_the_server() {
+    let zk = ZkEnsemble::start_tls().expect("a TLS server");
+    let ca = zk.ca_file().display().to_string();
+    let hosts = zk.secure_hosts();
+    let url = format!("zk://{hosts}?sslmode=verify-full&sslrootcert={ca}");
+    let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+    let guard = a.lock("tls").acquire().await.unwrap();
+    assert!(b.lock("tls").try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    assert!(b.lock("tls").try_acquire().await.unwrap().is_some());
+    let quick = "session_timeout_ms=1000";
+    for refused in [
+        format!("zk://{hosts}?{quick}"),
+        format!("zk://{hosts}?{quick}&sslmode=require"),
+        format!("zk://{hosts}?{quick}&sslmode=require&sslrootcert=/nonexistent/ca.pem"),
+    ] {
+        let err = connect(&refused).await.unwrap_err();
+        assert!(err.is_backend(), "{refused}: {err:?}");
+    }
+    let err = connect(&format!("zk://{hosts}?sslrootcert={ca}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl(_)), "{err:?}");
+}

@@ -36,7 +36,7 @@ pub(crate) enum Backend {
     /// `memory://[name]`: an in-process server shared by the clients of this process that use
     /// the same name.
     Memory(String),
-    /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]`.
+    /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N&sslmode=…]`.
     ZooKeeper(ZkUrl),
     /// `postgres://[user:password@]host[:port][/dbname][?table_prefix=P&sslmode=…&…]` (or
     /// `postgresql://`).
@@ -82,8 +82,8 @@ pub const BACKENDS: &[Scheme] = &[
     },
     Scheme {
         name: "zk",
-        form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]",
-        about: "ZooKeeper (the session is the lease)",
+        form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N&sslmode=require&sslrootcert=F]",
+        about: "ZooKeeper (the session is the lease; TLS to a secureClientPort as on PostgreSQL)",
     },
     Scheme {
         name: "postgres",
@@ -249,6 +249,7 @@ impl Transport {
         backend: &Backend,
         inbox: UnboundedSender<Input>,
     ) -> Result<(Transport, Protocol), Error> {
+        ssl::default_provider();
         Ok(match backend {
             Backend::Redis(url) => (
                 Transport::Redis(redis::RedisTransport::connect(url, inbox).await?),

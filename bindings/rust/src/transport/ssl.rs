@@ -1,8 +1,8 @@
-//! TLS for both SQL URLs, in libpq's words: `sslmode=disable|prefer|allow` connect without
-//! TLS; `require`, `verify-ca` and `verify-full` connect with TLS and verify the server's
-//! certificate and name — stricter than libpq's `require`, which checks nothing — against the
-//! system's roots (rustls-native-certs, which reads `SSL_CERT_FILE` too) or the CA file that
-//! `sslrootcert=` names.
+//! TLS for the SQL and ZooKeeper URLs, in libpq's words: `sslmode=disable|prefer|allow`
+//! connect without TLS; `require`, `verify-ca` and `verify-full` connect with TLS and verify
+//! the server's certificate and name — stricter than libpq's `require`, which checks nothing —
+//! against the system's roots (rustls-native-certs, which reads `SSL_CERT_FILE` too) or the
+//! CA file that `sslrootcert=` names.
 
 use rustls::pki_types::CertificateDer;
 
@@ -52,5 +52,38 @@ pub(crate) fn roots(root: Option<&str>) -> Result<Vec<CertificateDer<'static>>, 
                 .collect()
         }
         None => Ok(rustls_native_certs::load_native_certs().certs),
+    }
+}
+
+/// The same roots as [`roots`], as PEM text (zookeeper-client takes its CA so).
+pub(crate) fn roots_pem(root: Option<&str>) -> Result<String, String> {
+    use base64::Engine as _;
+    let mut pem = String::new();
+    for cert in roots(root)? {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
+        pem.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+            pem.push('\n');
+        }
+        pem.push_str("-----END CERTIFICATE-----\n");
+    }
+    if pem.is_empty() {
+        return Err(format!(
+            "no CA certificates in {}",
+            root.unwrap_or("the system's roots")
+        ));
+    }
+    Ok(pem)
+}
+
+/// Makes ring the process's default rustls provider unless the process chose one already.
+/// Libraries that build their TLS configuration from the default (redis for `rediss://`,
+/// zookeeper-client) need one, and with both ring and aws-lc-rs built in (zookeeper-client's
+/// `tls` feature brings the latter) rustls does not pick one itself.
+pub(crate) fn default_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Another thread may install one between the check and here: either is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }

@@ -3,6 +3,10 @@
 //! [`ZkOp`]s, forwards fired watches and session changes as notices, and opens a new session
 //! when one expires. With credentials it authenticates with the `digest` scheme and creates
 //! every node with the ACL "creator has all rights"; without, nodes are open to anyone.
+//!
+//! TLS, to servers' `secureClientPort`: `sslmode=require` (or `verify-ca`, `verify-full`)
+//! verifies each server's certificate and name against the system's roots or the CA file
+//! `sslrootcert=` names ([`super::ssl`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +30,9 @@ pub(crate) struct ZkUrl {
     /// `user:password` for the digest scheme.
     pub(crate) auth: Option<String>,
     pub(crate) session_timeout: Duration,
+    /// TLS: `None` without; with, the CA file to verify against or `None` for the system's
+    /// roots.
+    pub(crate) tls: Option<Option<String>>,
 }
 
 impl std::fmt::Debug for ZkUrl {
@@ -35,6 +42,7 @@ impl std::fmt::Debug for ZkUrl {
             .field("chroot", &self.chroot)
             .field("auth", &self.auth.as_ref().map(|_| "***"))
             .field("session_timeout", &self.session_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -76,7 +84,15 @@ impl ZkUrl {
             }
         };
         let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+        let mut ssl = super::ssl::SslQuery::default();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if ssl
+                .take(key, value)
+                .map_err(|why| bad(why.trim_start_matches(": ")))?
+            {
+                continue;
+            }
             match pair.split_once('=') {
                 Some(("session_timeout_ms", ms)) => {
                     let ms: u64 = ms
@@ -89,11 +105,15 @@ impl ZkUrl {
                 _ => return Err(bad(&format!("unknown option {pair:?}"))),
             }
         }
+        let tls = ssl
+            .finish()
+            .map_err(|why| bad(why.trim_start_matches(": ")))?;
         Ok(ZkUrl {
             hosts: hosts.to_owned(),
             chroot,
             auth,
             session_timeout,
+            tls,
         })
     }
 }
@@ -206,13 +226,23 @@ async fn open(url: &ZkUrl, acl: &'static [zk::Acl]) -> Result<zk::Client, Error>
     if let Some(auth) = &url.auth {
         connector = connector.with_auth("digest", auth.as_bytes());
     }
-    let client = tokio::time::timeout(
-        url.session_timeout.max(Duration::from_secs(5)),
-        connector.connect(&url.hosts),
-    )
-    .await
-    .map_err(|_| fail("no session within the session timeout".into()))?
-    .map_err(|e| fail(e.to_string()))?;
+    if let Some(root) = &url.tls {
+        let pem = super::ssl::roots_pem(root.as_deref()).map_err(&fail)?;
+        let options = zk::TlsOptions::new()
+            .with_pem_ca(&pem)
+            .map_err(|e| fail(format!("CA certificates: {e}")))?;
+        connector = connector.with_tls(options);
+    }
+    let connect = async {
+        match url.tls {
+            Some(_) => connector.secure_connect(&url.hosts).await,
+            None => connector.connect(&url.hosts).await,
+        }
+    };
+    let client = tokio::time::timeout(url.session_timeout.max(Duration::from_secs(5)), connect)
+        .await
+        .map_err(|_| fail("no session within the session timeout".into()))?
+        .map_err(|e| fail(e.to_string()))?;
     let Some(chroot) = &url.chroot else {
         return Ok(client);
     };
