@@ -13,19 +13,23 @@ after(() => nodes.forEach((n) => n.stop()))
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const url = () => `redlock://${nodes.map((n) => `127.0.0.1:${n.port}`).join(',')}`
+// When a node's copy of the lock runs out (ms on its clock; -2: no such key).
+const expiry = (node) => Number(node.cli('PEXPIRETIME', 'dlock:{job}:lock'))
 
 test('Redlock excludes, renews on a majority and fences', async () => {
   const a = await connect(url())
   const b = await connect(url())
-  // A lease long enough that a loaded machine's stall cannot let a node's key run out.
-  const held = await a.lock('job', { leaseMs: 2000 }).acquire()
+  const held = await a.lock('job', { leaseMs: 3000 }).acquire()
   assert.equal(await b.lock('job').tryAcquire(), null)
   const status = await a.status('job')
   assert.equal(status.fencingToken, held.fencingToken)
-  // One node's keys vanish behind the holder's back: the other two keep renewing it past
-  // its lease.
+  // One node's keys vanish behind the holder's back: the other two renew it, which moves
+  // their copies' expiry on (waited for as it happens, not for a time).
   nodes[0].cli('FLUSHALL')
-  await sleep(2500)
+  const first = [expiry(nodes[1]), expiry(nodes[2])]
+  assert.ok(first.every((t) => t > 0), `${first}`)
+  const renewed = () => expiry(nodes[1]) > first[0] && expiry(nodes[2]) > first[1]
+  while (held.lostReason === null && !renewed()) await sleep(20)
   assert.equal(held.lostReason, null)
   assert.equal(await b.lock('job').tryAcquire(), null)
   await held.release()
