@@ -1,5 +1,6 @@
 //! Exhaustive bounded model checking of the real engines against the reference servers: one
-//! Redis, Redlock over three, and the SQL database (PostgreSQL with NOTIFY, MySQL polling).
+//! Redis, Redlock over three, the SQL database (PostgreSQL with NOTIFY, MySQL polling) and
+//! ZooKeeper (sessions on connections that break, expired by the server).
 //!
 //! The simulation draws interleavings at random; this explores *every* interleaving of a small
 //! configuration, breadth first, up to a depth: two clients, each with a fixed script
@@ -11,8 +12,13 @@
 //!   client's requests and replies keep their order, as on its connection; its wake-ups come
 //!   on a connection of their own);
 //! - a client receives its oldest reply, or its oldest wake-up;
-//! - a client's oldest request or reply is lost, or a client crashes (together at most
-//!   `faults` times);
+//! - a client's oldest request or reply is lost (on ZooKeeper, whose TCP loses nothing alone:
+//!   its connection breaks), or a client crashes (together at most `faults` times); or, in
+//!   the configurations with pauses instead, a holder's process stops and later goes on;
+//! - ZooKeeper: the server runs a request sent before the connection broke; the library
+//!   connects again (to a new session if the old one expired); the server expires the session
+//!   of a disconnected, crashed or stopped client, time moving to the first instant it may
+//!   (the server counts none of the library's pings);
 //! - time moves on to the earliest timer of any client, which fires (every client whose timer
 //!   is due runs it), so time passes while messages are in flight (at most `ticks` times).
 //!
@@ -32,8 +38,10 @@
 //! `DLOCK_MC_STATES` caps the search). With
 //! the `plants` feature, `DLOCK_PLANT` plants a bug: on Redis `long-hand-off` is caught in 7
 //! moves and `lost-late` in 13; `sql-grant-beside-holder` in 6 on PostgreSQL and MySQL,
-//! `lost-late` in 13 on PostgreSQL, `redlock-smallest-counter` in 13 on Redlock; the others
-//! need clock skew or longer runs, which the simulation has.
+//! `lost-late` in 13 on PostgreSQL, `redlock-smallest-counter` in 13 on Redlock,
+//! `zk-readers-ignore-writers` in 14, `zk-long-validity` in 16, `zk-validity-from-reply` and
+//! `lost-late` in 18 on ZooKeeper (a stopped holder whose session expires); the others need
+//! clock skew or messages that take time, which the simulation has.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -44,15 +52,18 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{LockKeys, RedisOp, Value};
 use dlock_core::sql::reference::Store as SqlStore;
 use dlock_core::sql::{Dialect, SqlOp, SqlSettings};
+use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind, Notice, Op,
-    OpId, Output, Protocol, Request, Response, Wait,
+    OpId, Output, Protocol, Request, RequestId, Response, TransportError, Wait, ZkSettings,
 };
 
 const MS: u64 = 1_000_000;
 const EPOCH_MS: u64 = 1_764_000_000_000;
 const LEASE: Duration = Duration::from_millis(100);
 const WAITER_LEASE: Duration = Duration::from_millis(60);
+/// ZooKeeper's session timeout: the lease there.
+const SESSION_TIMEOUT: Duration = Duration::from_millis(90);
 
 /// What the configuration contends for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +88,9 @@ enum Backend {
     /// A SQL database (the reference tables): PostgreSQL wakes waiters by NOTIFY, MySQL's
     /// waiters look again every poll interval.
     Sql(Dialect),
+    /// One ZooKeeper server (the reference tree): each client has a session on a connection
+    /// that may break; the server expires a session it has not heard from for the timeout.
+    ZooKeeper,
 }
 
 /// The server side of a state.
@@ -85,6 +99,22 @@ enum Server {
     Redis(Store),
     Redlock(Vec<Store>),
     Sql(SqlStore),
+    ZooKeeper(ZkStore),
+}
+
+/// A client's ZooKeeper session and connection.
+#[derive(Debug, Clone)]
+struct ZkConn {
+    session: SessionId,
+    connected: bool,
+    /// When the server last heard from the session (ns): it counts none of the library's
+    /// pings, so expiry comes as early as the engine's own requests allow.
+    heard: u64,
+    /// Requests sent on a connection that broke: the server may still run them (their replies
+    /// go nowhere) until the client connects again.
+    orphans: VecDeque<Request>,
+    /// A break the paused process has not noticed yet: the requests it must fail.
+    untold: Option<Vec<RequestId>>,
 }
 
 /// A client's view of its hold: the fencing token, and until when it is valid.
@@ -109,6 +139,10 @@ struct Proc {
     acquiring: bool,
     releasing: bool,
     next_op: u64,
+    zk: Option<ZkConn>,
+    /// The process is stopped (a GC pause, a stopped VM): it reads nothing, its timers wait,
+    /// and on ZooKeeper its library's pings stop too.
+    paused: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +167,19 @@ enum Move {
     LoseReply(usize),
     Crash(usize),
     Tick,
+    /// ZooKeeper: the server runs a request sent before the connection broke.
+    ServeOrphan(usize),
+    /// ZooKeeper: the connection breaks (a fault).
+    Break(usize),
+    /// ZooKeeper: the library connects again, to its session if the server still has it.
+    Reconnect(usize),
+    /// ZooKeeper: time moves to the first instant the server may expire a silent session
+    /// (of a disconnected, crashed or paused client), and it does.
+    Expire(usize),
+    /// ZooKeeper: the client's process stops (a fault).
+    Pause(usize),
+    /// The paused process goes on; its timers that came due fire.
+    Resume(usize),
 }
 
 struct Model {
@@ -141,6 +188,9 @@ struct Model {
     clients: usize,
     /// How many losses and crashes a path may have.
     faults: u32,
+    /// The faults are pauses of a holder's process instead (ZooKeeper: its session may
+    /// expire while it is stopped).
+    pauses: bool,
     /// How many times time may move on along a path.
     ticks: u32,
 }
@@ -158,6 +208,7 @@ impl Model {
             Backend::Redlock(nodes) => format!("Redlock of {nodes}"),
             Backend::Sql(Dialect::Postgres) => "PostgreSQL".to_owned(),
             Backend::Sql(Dialect::Mysql) => "MySQL".to_owned(),
+            Backend::ZooKeeper => "ZooKeeper".to_owned(),
         };
         format!("{target} on {backend}")
     }
@@ -176,6 +227,7 @@ impl Model {
             Backend::Redis => Server::Redis(Store::new()),
             Backend::Redlock(nodes) => Server::Redlock(vec![Store::new(); nodes as usize]),
             Backend::Sql(dialect) => Server::Sql(SqlStore::new(dialect)),
+            Backend::ZooKeeper => Server::ZooKeeper(ZkStore::new()),
         };
         let mut s = State {
             now: 0,
@@ -198,6 +250,17 @@ impl Model {
                     settings.poll_interval = Duration::from_millis(30);
                     Protocol::Sql(settings)
                 }
+                Backend::ZooKeeper => Protocol::ZooKeeper(ZkSettings::new(SESSION_TIMEOUT)),
+            };
+            let zk = match &mut s.server {
+                Server::ZooKeeper(store) => Some(ZkConn {
+                    session: store.open_session(),
+                    connected: true,
+                    heard: 0,
+                    orphans: VecDeque::new(),
+                    untold: None,
+                }),
+                _ => None,
             };
             let engine = Engine::new(config, Instant::from_nanos(0)).expect("config");
             s.procs.push(Proc {
@@ -210,12 +273,18 @@ impl Model {
                 acquiring: false,
                 releasing: false,
                 next_op: 1,
+                zk,
+                paused: false,
             });
         }
         // Each client subscribes to its wake-up channel first (on every node; MySQL has none):
         // served and answered before the search starts, so that it explores the contention
         // rather than the start-up.
         for c in 0..self.clients {
+            if s.procs[c].zk.is_some() {
+                let engine = s.procs[c].engine.as_mut().expect("live");
+                engine.handle_input(Instant::from_nanos(0), Input::Notice(Notice::Connected));
+            }
             self.pump(&mut s, c).expect("a fresh engine breaks nothing");
             while !s.procs[c].requests.is_empty() {
                 s = self.apply(&s, Move::Serve(c)).expect("subscribed");
@@ -229,7 +298,7 @@ impl Model {
     fn moves(&self, s: &State) -> Vec<Move> {
         let mut moves = Vec::new();
         for (c, p) in s.procs.iter().enumerate() {
-            let idle = p.engine.is_some() && !p.acquiring && !p.releasing;
+            let idle = p.engine.is_some() && !p.paused && !p.acquiring && !p.releasing;
             if idle && (p.held.is_some() || p.acquires > 0) {
                 moves.push(Move::App(c));
             }
@@ -242,11 +311,44 @@ impl Model {
                 .map(move |(c, _)| m(c))
         };
         moves.extend(with(|p| !p.requests.is_empty(), Move::Serve));
-        moves.extend(with(|p| !p.replies.is_empty(), Move::Reply));
-        moves.extend(with(|p| !p.wake_ups.is_empty(), Move::WakeUp));
-        if s.faults < self.faults {
-            moves.extend(with(|p| !p.requests.is_empty(), Move::LoseRequest));
-            moves.extend(with(|p| !p.replies.is_empty(), Move::LoseReply));
+        moves.extend(with(|p| !p.paused && !p.replies.is_empty(), Move::Reply));
+        moves.extend(with(|p| !p.paused && !p.wake_ups.is_empty(), Move::WakeUp));
+        moves.extend(with(|p| p.paused, Move::Resume));
+        moves.extend(with(
+            |p| p.zk.as_ref().is_some_and(|z| !z.orphans.is_empty()),
+            Move::ServeOrphan,
+        ));
+        moves.extend(with(
+            |p| p.engine.is_some() && !p.paused && p.zk.as_ref().is_some_and(|z| !z.connected),
+            Move::Reconnect,
+        ));
+        for (c, p) in s.procs.iter().enumerate() {
+            if let (Some(z), Server::ZooKeeper(store)) = (&p.zk, &s.server) {
+                let silent = !z.connected || p.engine.is_none() || p.paused;
+                let at = z.heard + SESSION_TIMEOUT.as_nanos() as u64;
+                let before_timers = Self::timer(s).is_none_or(|t| at.max(s.now) <= t.as_nanos());
+                if silent && store.is_live(z.session) && before_timers {
+                    moves.push(Move::Expire(c));
+                }
+            }
+        }
+        if s.faults < self.faults && self.pauses {
+            moves.extend(with(|p| p.held.is_some() && !p.paused, Move::Pause));
+        } else if s.faults < self.faults {
+            // On ZooKeeper (TCP) a message is not lost alone: the connection breaks.
+            if self.backend == Backend::ZooKeeper {
+                moves.extend(with(
+                    |p| {
+                        p.engine.is_some()
+                            && !p.paused
+                            && p.zk.as_ref().is_some_and(|z| z.connected)
+                    },
+                    Move::Break,
+                ));
+            } else {
+                moves.extend(with(|p| !p.requests.is_empty(), Move::LoseRequest));
+                moves.extend(with(|p| !p.replies.is_empty(), Move::LoseReply));
+            }
             // A holder or a queued waiter dies (the others' liveness is what it tests).
             for (c, p) in s.procs.iter().enumerate() {
                 if p.engine.is_some() && (p.held.is_some() || p.acquiring) {
@@ -264,6 +366,7 @@ impl Model {
     fn timer(s: &State) -> Option<Instant> {
         s.procs
             .iter()
+            .filter(|p| !p.paused)
             .filter_map(|p| p.engine.as_ref()?.poll_timeout())
             .min()
     }
@@ -284,6 +387,15 @@ impl Model {
                 let at = Self::timer(s).map_or(0, Instant::as_nanos);
                 format!("time moves to {:.3} s", at.max(s.now) as f64 / 1e9)
             }
+            Move::ServeOrphan(c) => format!(
+                "server runs c{c}'s {} from the broken connection",
+                op(&s.procs[c].zk.as_ref().expect("zk").orphans[0].op)
+            ),
+            Move::Break(c) => format!("c{c}'s connection breaks"),
+            Move::Reconnect(c) => format!("c{c} connects again"),
+            Move::Expire(c) => format!("the server expires c{c}'s session"),
+            Move::Pause(c) => format!("c{c}'s process stops"),
+            Move::Resume(c) => format!("c{c}'s process goes on"),
         }
     }
 
@@ -354,6 +466,9 @@ impl Model {
             Move::Crash(c) => {
                 let p = &mut s.procs[c];
                 p.engine = None;
+                if let Some(zk) = p.zk.as_mut() {
+                    zk.connected = false;
+                }
                 p.replies.clear();
                 p.wake_ups.clear();
                 p.held = None;
@@ -361,12 +476,81 @@ impl Model {
                 p.releasing = false;
                 s.faults += 1;
             }
+            Move::ServeOrphan(c) => {
+                let zk = s.procs[c].zk.as_mut().expect("zk");
+                let request = zk.orphans.pop_front().expect("an orphan");
+                self.serve(&mut s, c, request.op)?; // its reply goes nowhere
+            }
+            Move::Break(c) => {
+                s.faults += 1;
+                self.break_connection(&mut s, c)?;
+            }
+            Move::Reconnect(c) => {
+                let Server::ZooKeeper(store) = &mut s.server else {
+                    unreachable!("ZooKeeper only")
+                };
+                let zk = s.procs[c].zk.as_mut().expect("zk");
+                zk.orphans.clear();
+                zk.connected = true;
+                zk.heard = s.now;
+                let expired = !store.is_live(zk.session);
+                if expired {
+                    zk.session = store.open_session();
+                }
+                let now = Instant::from_nanos(s.now);
+                let engine = s.procs[c].engine.as_mut().expect("live");
+                if expired {
+                    engine.handle_input(now, Input::Notice(Notice::SessionExpired));
+                }
+                engine.handle_input(now, Input::Notice(Notice::Connected));
+                self.pump(&mut s, c)?;
+            }
+            Move::Expire(c) => {
+                let heard = s.procs[c].zk.as_ref().expect("zk").heard;
+                s.now = s.now.max(heard + SESSION_TIMEOUT.as_nanos() as u64);
+                // The server closes the session's connection: what was sent on it is gone.
+                if s.procs[c].zk.as_ref().is_some_and(|z| z.connected)
+                    && s.procs[c].engine.is_some()
+                {
+                    self.break_connection(&mut s, c)?;
+                }
+                if s.procs[c].engine.is_none() {
+                    s.procs[c].requests.clear(); // a crashed process's, on the closed connection
+                }
+                let zk = s.procs[c].zk.as_mut().expect("zk");
+                zk.orphans.clear();
+                let Server::ZooKeeper(store) = &mut s.server else {
+                    unreachable!("ZooKeeper only")
+                };
+                let fired = store.expire(zk.session);
+                Self::fire(&mut s, fired);
+            }
+            Move::Pause(c) => {
+                s.faults += 1;
+                s.procs[c].paused = true;
+            }
+            Move::Resume(c) => {
+                s.procs[c].paused = false;
+                if let Some(ids) = s.procs[c].zk.as_mut().and_then(|z| z.untold.take()) {
+                    self.tell_break(&mut s, c, ids)?;
+                }
+                let now = Instant::from_nanos(s.now);
+                if let Some(engine) = s.procs[c].engine.as_mut()
+                    && engine.poll_timeout().is_some_and(|t| t <= now)
+                {
+                    engine.handle_timeout(now);
+                    self.pump(&mut s, c)?;
+                }
+            }
             Move::Tick => {
                 let at = Self::timer(&s).expect("a timer");
                 s.ticks += 1;
                 s.now = s.now.max(at.as_nanos());
                 let now = Instant::from_nanos(s.now);
                 for c in 0..s.procs.len() {
+                    if s.procs[c].paused {
+                        continue; // its timers wait until it goes on
+                    }
                     let Some(engine) = s.procs[c].engine.as_mut() else {
                         continue;
                     };
@@ -379,6 +563,43 @@ impl Model {
         }
         self.check(&s)?;
         Ok(s)
+    }
+
+    /// ZooKeeper: client `c`'s connection breaks. What it sent may still reach the server;
+    /// what was coming to it is gone; its library tells it (once it runs).
+    fn break_connection(&self, s: &mut State, c: usize) -> Result<(), String> {
+        let p = &mut s.procs[c];
+        let zk = p.zk.as_mut().expect("zk");
+        zk.connected = false;
+        zk.orphans = std::mem::take(&mut p.requests);
+        let mut unanswered: Vec<RequestId> = zk.orphans.iter().map(|r| r.id).collect();
+        for input in std::mem::take(&mut p.replies) {
+            if let Input::Reply { id, .. } = input {
+                unanswered.push(id);
+            }
+        }
+        if p.paused {
+            zk.untold = Some(unanswered);
+            return Ok(());
+        }
+        self.tell_break(s, c, unanswered)
+    }
+
+    /// The library tells its engine the connection broke and fails what is unanswered.
+    fn tell_break(
+        &self,
+        s: &mut State,
+        c: usize,
+        unanswered: Vec<RequestId>,
+    ) -> Result<(), String> {
+        let now = Instant::from_nanos(s.now);
+        let engine = s.procs[c].engine.as_mut().expect("live");
+        engine.handle_input(now, Input::Notice(Notice::Disconnected));
+        for id in unanswered {
+            let reply = Err(TransportError::Unavailable("connection loss".into()));
+            engine.handle_input(now, Input::Reply { id, reply });
+        }
+        self.pump(s, c)
     }
 
     /// Runs client `c`'s request on the server at the true time: its reply, and its messages
@@ -398,6 +619,15 @@ impl Model {
                     .map_err(|e| format!("statement failed: {e}"))?;
                 Self::publish(s, outcome.notified);
                 return Ok(Response::Sql(outcome.values));
+            }
+            (Server::ZooKeeper(store), Op::Zk(op)) => {
+                let zk = s.procs[c].zk.as_mut().expect("zk");
+                let outcome = store
+                    .execute(zk.session, &op)
+                    .map_err(|e| format!("c{c}'s session is {e:?}, yet it was served"))?;
+                zk.heard = s.now;
+                Self::fire(s, outcome.fired);
+                return Ok(Response::Zk(outcome.reply));
             }
             (server, other) => return Err(format!("{server:?} got {other:?}")),
         };
@@ -421,6 +651,22 @@ impl Model {
         Ok(Response::Redis(reply))
     }
 
+    /// Fired watches go to their sessions' clients, in order with the replies on the
+    /// connection (none while it is broken).
+    fn fire(s: &mut State, fired: Vec<(SessionId, String)>) {
+        for (session, path) in fired {
+            let to = s.procs.iter_mut().find(|p| {
+                p.engine.is_some()
+                    && p.zk
+                        .as_ref()
+                        .is_some_and(|z| z.session == session && z.connected)
+            });
+            if let Some(p) = to {
+                p.replies.push_back(Input::Notice(Notice::Watch { path }));
+            }
+        }
+    }
+
     /// Messages go to whoever subscribed to their channel, as wake-ups.
     fn publish(s: &mut State, messages: Vec<(String, Vec<u8>)>) {
         for (channel, payload) in messages {
@@ -435,6 +681,14 @@ impl Model {
     fn pump(&self, s: &mut State, c: usize) -> Result<(), String> {
         while let Some(out) = s.procs[c].engine.as_mut().and_then(Engine::poll_output) {
             match out {
+                Output::Request(r) if s.procs[c].zk.as_ref().is_some_and(|z| !z.connected) => {
+                    // The library fails a request while it has no connection.
+                    let reply = Err(TransportError::Unavailable("connection loss".into()));
+                    let input = Input::Reply { id: r.id, reply };
+                    let now = Instant::from_nanos(s.now);
+                    let engine = s.procs[c].engine.as_mut().expect("live");
+                    engine.handle_input(now, input);
+                }
                 Output::Request(r) => s.procs[c].requests.push_back(r),
                 Output::Event(e) => self.event(s, c, e)?,
             }
@@ -508,7 +762,8 @@ impl Model {
             let (Some(_), Some(h)) = (&p.engine, &p.held) else {
                 continue;
             };
-            if h.valid_until < s.now {
+            // Check 3 is for a running process; a paused one hears first thing on resuming.
+            if h.valid_until < s.now && !p.paused {
                 return Err(format!(
                     "c{c} still holds token {} {} ms after its validity ran out: not told it lost",
                     h.token,
@@ -631,7 +886,7 @@ fn op(op: &Op) -> String {
         Op::Redis(RedisOp::Subscribe { .. }) => "SUBSCRIBE".into(),
         Op::Redlock { node, op } => format!("{} on node {node}", self::op(&Op::Redis(op.clone()))),
         Op::Sql(op) => format!("{op:?}"),
-        other => format!("{other:?}"),
+        Op::Zk(op) => format!("{op:?}"),
     }
 }
 
@@ -651,7 +906,12 @@ fn models() -> Vec<Model> {
         target,
         clients: 2,
         faults,
+        pauses: false,
         ticks,
+    };
+    let paused = |backend, target, ticks| Model {
+        pauses: true,
+        ..model(backend, target, 1, ticks)
     };
     let (redis, postgres, mysql) = (
         Backend::Redis,
@@ -674,6 +934,12 @@ fn models() -> Vec<Model> {
         // timer and no fault (one fault and one timer passed 1.5 million states unfinished).
         model(Backend::Redlock(3), lock, 1, 0),
         model(Backend::Redlock(3), lock, 0, 1),
+        model(Backend::ZooKeeper, lock, 1, 1),
+        model(Backend::ZooKeeper, semaphore, 1, 1),
+        model(Backend::ZooKeeper, rw, 1, 1),
+        paused(Backend::ZooKeeper, lock, 2),
+        paused(redis, lock, 3),
+        paused(postgres, lock, 3),
     ]
 }
 
@@ -692,10 +958,11 @@ fn model_check() {
         let started = std::time::Instant::now();
         match model.explore(depth, limit) {
             Ok((states, deepest)) => println!(
-                "model check, {}: {} clients, {} fault(s), {} ticks: {states} states, depth {deepest}, {:.1} s, 0 violations",
+                "model check, {}: {} clients, {} {}, {} ticks: {states} states, depth {deepest}, {:.1} s, 0 violations",
                 model.name(),
                 model.clients,
                 model.faults,
+                if model.pauses { "pause(s)" } else { "fault(s)" },
                 model.ticks,
                 started.elapsed().as_secs_f64()
             ),
