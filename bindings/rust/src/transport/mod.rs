@@ -82,8 +82,8 @@ pub const BACKENDS: &[Scheme] = &[
     },
     Scheme {
         name: "zk",
-        form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N&sslmode=require&sslrootcert=F]",
-        about: "ZooKeeper (the session is the lease; TLS to a secureClientPort as on PostgreSQL)",
+        form: "zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout_ms=N]",
+        about: "ZooKeeper (the session is the lease; TLS to a secureClientPort with sslmode and sslrootcert, as on PostgreSQL)",
     },
     Scheme {
         name: "postgres",
