@@ -22,8 +22,9 @@
 //! - time moves on to the earliest timer of any client, which fires (every client whose timer
 //!   is due runs it), so time passes while messages are in flight (at most `ticks` times).
 //!
-//! Every client's clock is exact (the simulation skews them); the server's time is the same
-//! true time, in ms. After every move the checks of the simulation hold (numbers as there):
+//! The server's clock is true time, in ms; clients' clocks are exact too, except in the
+//! configurations whose clocks run 0.5% slow and 0.5% fast (SAFETY.md's bound: rates within
+//! 1%), where every engine reads its own clock and the checks convert to true time. After every move the checks of the simulation hold (numbers as there):
 //! at most one holder (permits: N; read-write: one writer or readers) whose validity has not
 //! run out (1, 6, 7); new tenures' fencing tokens strictly grow (2); a running client has been
 //! told it lost a hold by the end of its validity (3); one Redis keeps no lock longer than
@@ -40,8 +41,9 @@
 //! moves and `lost-late` in 13; `sql-grant-beside-holder` in 6 on PostgreSQL and MySQL,
 //! `lost-late` in 13 on PostgreSQL, `redlock-smallest-counter` in 13 on Redlock,
 //! `zk-readers-ignore-writers` in 14, `zk-long-validity` in 16, `zk-validity-from-reply` and
-//! `lost-late` in 18 on ZooKeeper (a stopped holder whose session expires); the others need
-//! clock skew or messages that take time, which the simulation has.
+//! `lost-late` in 18 on ZooKeeper (a stopped holder whose session expires), `no-drift` and
+//! `zk-no-drift` in 16 with skewed clocks; the others need messages that take time, which the
+//! simulation has.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashSet, VecDeque};
@@ -193,6 +195,9 @@ struct Model {
     pauses: bool,
     /// How many times time may move on along a path.
     ticks: u32,
+    /// How fast each client's clock runs against true time (the server's), in parts per
+    /// million: up to the ±0.5% each that SAFETY.md assumes.
+    skew_ppm: [i64; 2],
 }
 
 impl Model {
@@ -210,7 +215,15 @@ impl Model {
             Backend::Sql(Dialect::Mysql) => "MySQL".to_owned(),
             Backend::ZooKeeper => "ZooKeeper".to_owned(),
         };
-        format!("{target} on {backend}")
+        let skew = match self.skew_ppm {
+            [0, 0] => String::new(),
+            [a, b] => format!(
+                ", clocks {:+.1}% and {:+.1}%",
+                a as f64 / 1e4,
+                b as f64 / 1e4
+            ),
+        };
+        format!("{target} on {backend}{skew}")
     }
 
     fn kind(&self, client: usize) -> Kind {
@@ -326,7 +339,7 @@ impl Model {
             if let (Some(z), Server::ZooKeeper(store)) = (&p.zk, &s.server) {
                 let silent = !z.connected || p.engine.is_none() || p.paused;
                 let at = z.heard + SESSION_TIMEOUT.as_nanos() as u64;
-                let before_timers = Self::timer(s).is_none_or(|t| at.max(s.now) <= t.as_nanos());
+                let before_timers = self.timer(s).is_none_or(|t| at.max(s.now) <= t);
                 if silent && store.is_live(z.session) && before_timers {
                     moves.push(Move::Expire(c));
                 }
@@ -356,19 +369,35 @@ impl Model {
                 }
             }
         }
-        if s.ticks < self.ticks && Self::timer(s).is_some() {
+        if s.ticks < self.ticks && self.timer(s).is_some() {
             moves.push(Move::Tick);
         }
         moves
     }
 
-    /// The earliest timer of any running client.
-    fn timer(s: &State) -> Option<Instant> {
+    /// When (true time, ns) the earliest timer of any running client comes due.
+    fn timer(&self, s: &State) -> Option<u64> {
         s.procs
             .iter()
-            .filter(|p| !p.paused)
-            .filter_map(|p| p.engine.as_ref()?.poll_timeout())
+            .enumerate()
+            .filter(|(_, p)| !p.paused)
+            .filter_map(|(c, p)| Some(self.true_time(c, p.engine.as_ref()?.poll_timeout()?)))
             .min()
+    }
+
+    /// Client `c`'s clock at true time `t` (ns).
+    fn local(&self, c: usize, t: u64) -> Instant {
+        Instant::from_nanos((u128::from(t) * self.rate(c) / 1_000_000) as u64)
+    }
+
+    /// Client `c`'s clock rate, in millionths of true time's.
+    fn rate(&self, c: usize) -> u128 {
+        (1_000_000 + self.skew_ppm[c]) as u128
+    }
+
+    /// The true time (ns) at which client `c`'s clock reads `at`: the first instant it does.
+    fn true_time(&self, c: usize, at: Instant) -> u64 {
+        (u128::from(at.as_nanos()) * 1_000_000).div_ceil(self.rate(c)) as u64
     }
 
     fn describe(&self, s: &State, m: Move) -> String {
@@ -384,7 +413,7 @@ impl Model {
             Move::LoseReply(c) => format!("c{c}'s {:?} is lost", s.procs[c].replies[0]),
             Move::Crash(c) => format!("c{c} crashes"),
             Move::Tick => {
-                let at = Self::timer(s).map_or(0, Instant::as_nanos);
+                let at = self.timer(s).unwrap_or(0);
                 format!("time moves to {:.3} s", at.max(s.now) as f64 / 1e9)
             }
             Move::ServeOrphan(c) => format!(
@@ -428,7 +457,7 @@ impl Model {
                         })
                     }
                 };
-                let now = Instant::from_nanos(s.now);
+                let now = self.local(c, s.now);
                 let engine = p.engine.as_mut().expect("live");
                 engine.handle_input(now, Input::Command(cmd));
                 self.pump(&mut s, c)?;
@@ -449,7 +478,7 @@ impl Model {
                     _ => p.wake_ups.pop_front(),
                 }
                 .expect("an input");
-                let now = Instant::from_nanos(s.now);
+                let now = self.local(c, s.now);
                 if let Some(engine) = s.procs[c].engine.as_mut() {
                     engine.handle_input(now, input);
                     self.pump(&mut s, c)?;
@@ -497,7 +526,7 @@ impl Model {
                 if expired {
                     zk.session = store.open_session();
                 }
-                let now = Instant::from_nanos(s.now);
+                let now = self.local(c, s.now);
                 let engine = s.procs[c].engine.as_mut().expect("live");
                 if expired {
                     engine.handle_input(now, Input::Notice(Notice::SessionExpired));
@@ -534,7 +563,7 @@ impl Model {
                 if let Some(ids) = s.procs[c].zk.as_mut().and_then(|z| z.untold.take()) {
                     self.tell_break(&mut s, c, ids)?;
                 }
-                let now = Instant::from_nanos(s.now);
+                let now = self.local(c, s.now);
                 if let Some(engine) = s.procs[c].engine.as_mut()
                     && engine.poll_timeout().is_some_and(|t| t <= now)
                 {
@@ -543,14 +572,14 @@ impl Model {
                 }
             }
             Move::Tick => {
-                let at = Self::timer(&s).expect("a timer");
+                let at = self.timer(&s).expect("a timer");
                 s.ticks += 1;
-                s.now = s.now.max(at.as_nanos());
-                let now = Instant::from_nanos(s.now);
+                s.now = s.now.max(at);
                 for c in 0..s.procs.len() {
                     if s.procs[c].paused {
                         continue; // its timers wait until it goes on
                     }
+                    let now = self.local(c, s.now);
                     let Some(engine) = s.procs[c].engine.as_mut() else {
                         continue;
                     };
@@ -592,7 +621,7 @@ impl Model {
         c: usize,
         unanswered: Vec<RequestId>,
     ) -> Result<(), String> {
-        let now = Instant::from_nanos(s.now);
+        let now = self.local(c, s.now);
         let engine = s.procs[c].engine.as_mut().expect("live");
         engine.handle_input(now, Input::Notice(Notice::Disconnected));
         for id in unanswered {
@@ -685,7 +714,7 @@ impl Model {
                     // The library fails a request while it has no connection.
                     let reply = Err(TransportError::Unavailable("connection loss".into()));
                     let input = Input::Reply { id: r.id, reply };
-                    let now = Instant::from_nanos(s.now);
+                    let now = self.local(c, s.now);
                     let engine = s.procs[c].engine.as_mut().expect("live");
                     engine.handle_input(now, input);
                 }
@@ -728,7 +757,7 @@ impl Model {
                 p.held = Some(Hold {
                     id: hold,
                     token: fencing_token,
-                    valid_until: valid_until.as_nanos(),
+                    valid_until: self.true_time(c, valid_until),
                     kind: self.kind(c),
                 });
             }
@@ -740,7 +769,7 @@ impl Model {
                 hold, valid_until, ..
             } => {
                 if let Some(h) = p.held.as_mut().filter(|h| h.id == hold) {
-                    h.valid_until = h.valid_until.max(valid_until.as_nanos());
+                    h.valid_until = h.valid_until.max(self.true_time(c, valid_until));
                 }
             }
             Event::Lost { hold, .. } => {
@@ -848,7 +877,7 @@ impl Model {
             deepest = deepest.max(level);
             let moves = self.moves(&s);
             // A client with work left, no move, and no timer that could ever move it: a hang.
-            if moves.is_empty() && Self::busy(&s) && Self::timer(&s).is_none() {
+            if moves.is_empty() && Self::busy(&s) && self.timer(&s).is_none() {
                 let steps = trace(&path, node, "(no move is possible)".into());
                 return Err(format!("{}: a client hangs\n{steps}", self.name()));
             }
@@ -908,10 +937,16 @@ fn models() -> Vec<Model> {
         faults,
         pauses: false,
         ticks,
+        skew_ppm: [0, 0],
     };
     let paused = |backend, target, ticks| Model {
         pauses: true,
         ..model(backend, target, 1, ticks)
+    };
+    // Client 0's clock 0.5% slow, client 1's 0.5% fast (who holds first is a choice).
+    let skewed = |model: Model| Model {
+        skew_ppm: [-5_000, 5_000],
+        ..model
     };
     let (redis, postgres, mysql) = (
         Backend::Redis,
@@ -940,6 +975,9 @@ fn models() -> Vec<Model> {
         paused(Backend::ZooKeeper, lock, 2),
         paused(redis, lock, 3),
         paused(postgres, lock, 3),
+        skewed(model(redis, lock, 1, 3)),
+        skewed(paused(redis, lock, 3)),
+        skewed(paused(Backend::ZooKeeper, lock, 2)),
     ]
 }
 
