@@ -31,7 +31,8 @@ test: setup
     cargo clippy -p dlock-core --features plants --all-targets -- -D warnings
     cargo clippy -p dlock-component --target wasm32-unknown-unknown -- -D warnings
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
-    cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation
+    # The simulation and the model checker run below, in release builds.
+    cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation --skip model_check
     DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql
     just python-test
     just node-test
