@@ -36,6 +36,8 @@ pub enum Plant {
     ZkLongValidity,
     /// A ZooKeeper reader counts no node ahead of it, writers' included.
     ZkReadersIgnoreWriters,
+    /// A ZooKeeper lock directory is used without its persistent pin child.
+    ZkNoPin,
     /// Redlock's token is the smallest counter of the granting majority, not the largest.
     RedlockSmallestCounter,
     /// The reference Redis grants a write hold beside live readers.
@@ -50,7 +52,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug, in the order `just plants` runs them.
-    pub const ALL: [Plant; 18] = [
+    pub const ALL: [Plant; 19] = [
         Plant::ValidityFromReply,
         Plant::RenewalFromReply,
         Plant::ZkValidityFromReply,
@@ -64,6 +66,7 @@ impl Plant {
         Plant::ReleaseTokenMinusOne,
         Plant::ZkLongValidity,
         Plant::ZkReadersIgnoreWriters,
+        Plant::ZkNoPin,
         Plant::RedlockSmallestCounter,
         Plant::WriteBesideReaders,
         Plant::DowngradeForAnyone,
@@ -87,6 +90,7 @@ impl Plant {
             Plant::ReleaseTokenMinusOne => "release-token-minus-one",
             Plant::ZkLongValidity => "zk-long-validity",
             Plant::ZkReadersIgnoreWriters => "zk-readers-ignore-writers",
+            Plant::ZkNoPin => "zk-no-pin",
             Plant::RedlockSmallestCounter => "redlock-smallest-counter",
             Plant::WriteBesideReaders => "write-beside-readers",
             Plant::DowngradeForAnyone => "downgrade-for-anyone",

@@ -102,13 +102,15 @@ fn zk_reply(rng: &mut Rng, op: Option<&ZkOp>, seen: &[String]) -> ZkReply {
             _ => format!("{:032x}-{:x}-lock-{:010}", 1, rng.below(4), rng.below(5)),
         }
     };
-    match (rng.below(6), op) {
+    match (rng.below(7), op) {
         (0, _) => ZkReply::Done,
         (1, _) => ZkReply::NoNode,
         (2 | 3, Some(ZkOp::CreateSequential { prefix })) => {
             ZkReply::Created(format!("{prefix}{:010}", rng.below(5)))
         }
+        (2 | 3, Some(ZkOp::CreateEphemeral { path })) => ZkReply::Created(path.clone()),
         (2, _) => ZkReply::Created(format!("/dlock/a/{}", child(rng))),
+        (4, _) => ZkReply::NodeExists,
         _ => ZkReply::Children((0..rng.below(4)).map(|_| child(rng)).collect()),
     }
 }
@@ -130,7 +132,10 @@ impl Ledger {
             match out {
                 Output::Request(r) => {
                     if let Op::Zk(
-                        ZkOp::Watch { path } | ZkOp::Delete { path } | ZkOp::Children { path },
+                        ZkOp::Watch { path }
+                        | ZkOp::Delete { path }
+                        | ZkOp::Children { path }
+                        | ZkOp::CreateEphemeral { path },
                     ) = &r.op
                     {
                         self.paths.push(path.clone());

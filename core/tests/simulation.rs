@@ -2,7 +2,9 @@
 //! the reference Redis, on Redlock over 3 or 5 reference Redis nodes (every fourth seed), on
 //! the reference SQL database (`dlock_core::sql::reference`, every eighth seed: PostgreSQL
 //! with NOTIFY or MySQL with waiters that look again; locks and multi-locks), or on the
-//! reference ZooKeeper (every other seed).
+//! reference ZooKeeper (every other seed; half of those start with the lock directories as
+//! the container nodes Curator makes, which the reference server deletes as soon as they are
+//! empty).
 //!
 //! A seeded world: virtual time, clients whose clocks run up to 0.5% fast or slow, servers
 //! whose clocks run up to 0.5% fast or slow too (so a client's and a server's rates differ by
@@ -44,7 +46,8 @@
 //!    writer beside another writer or a reader with validity left — except the writer's own
 //!    owner's read hold (downgrade) — nor, when a hold starts, beside a holder of another
 //!    owner that lapsed less than its lock-delay ago; every hold a new fencing token, a
-//!    writer's larger than every earlier hold's and a reader's than the latest writer's;
+//!    writer's larger than every earlier hold's and a reader's than the latest writer's (on
+//!    ZooKeeper a downgrade's read hold has its write hold's token);
 //! 8. no panic;
 //! 9. on one Redis, no lock lives on the server for longer than the longest lease asked plus
 //!    the longest lock-delay: the lock of a holder, or of a waiter it was handed to, that died
@@ -65,6 +68,7 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{LockKeys, RedisOp, Value};
 use dlock_core::sql::reference::Store as SqlStore;
 use dlock_core::sql::{Dialect, SqlOp, SqlSettings};
+use dlock_core::zk::ZkOp;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
@@ -170,6 +174,15 @@ struct Belief {
     /// True time at which the application intends to drop one count.
     release_at: u64,
     what: What,
+}
+
+/// The fencing tokens of one read-write lock so far.
+#[derive(Debug, Default)]
+struct RwTokens {
+    largest: u64,
+    write: u64,
+    seen: std::collections::BTreeSet<u64>,
+    writer: (usize, u64),
 }
 
 /// What a belief is a hold of.
@@ -288,8 +301,8 @@ struct World {
     /// client that held it.
     rw_lapses: BTreeMap<String, Vec<(u64, usize, What)>>,
     /// Per read-write lock: the largest fencing token of a hold so far, that of the latest
-    /// write hold, and every token given.
-    rw_tokens: BTreeMap<String, (u64, u64, std::collections::BTreeSet<u64>)>,
+    /// write hold, every token given, and the client and owner of the latest write hold.
+    rw_tokens: BTreeMap<String, RwTokens>,
     /// The servers' clock rate, in ppm off true time (Redlock nodes have their own): with the
     /// clients' up to ±0.5% too, rates differ by up to the 1% SAFETY.md assumes.
     server_ppm: i64,
@@ -397,7 +410,27 @@ impl World {
         world.server_ppm = world.rng.range(0, 10_000) as i64 - 5_000;
         if seed.is_multiple_of(2) {
             let session_timeout = *world.rng.pick(&[100, 400, 2000]) * MS;
-            world.zk = Some((ZkStore::new(), session_timeout));
+            let mut store = ZkStore::new();
+            // Half the ZooKeeper worlds start with the directories Curator would have made:
+            // containers, which the server deletes (here at once) when they are empty.
+            if seed.is_multiple_of(4) {
+                let session = store.open_session();
+                let root = ZkOp::CreateParents {
+                    path: "/dlock".into(),
+                };
+                store.execute(session, &root).expect("a live session");
+                for name in NAMES.iter().chain(&RW_LOCKS) {
+                    let escaped = dlock_core::zk::escape(name);
+                    store.create_container(&format!("/dlock/{escaped}"));
+                    store.create_container(&format!("/dlock/{escaped}.rwlock"));
+                }
+                for (name, _) in SEMAPHORES {
+                    let escaped = dlock_core::zk::escape(name);
+                    store.create_container(&format!("/dlock/{escaped}.semaphore"));
+                }
+                store.expire(session);
+            }
+            world.zk = Some((store, session_timeout));
             world.stats.zk_seeds = 1;
             world.schedule(0, Msg::ServerTick);
         } else if seed % 8 == 3 {
@@ -829,19 +862,24 @@ impl World {
                         }
                         // Readers handed the lock at once learn of it in any order: a token is
                         // new, a writer's larger than every earlier hold's, a reader's larger
-                        // than the latest writer's.
-                        let (largest, write, seen) =
-                            self.rw_tokens.entry(name.clone()).or_default();
+                        // than the latest writer's — but on ZooKeeper a downgrade's read hold
+                        // has the token of its owner's write hold: the latest one, by this
+                        // client (whose release may have been heard first).
+                        let zk = self.zk.is_some();
+                        let tokens = self.rw_tokens.entry(name.clone()).or_default();
+                        let downgrade = matches!(what, What::Read(owner)
+                            if zk && tokens.writer == (c, owner) && token == tokens.write);
                         let floor = match what {
-                            What::Write(_) => *largest,
-                            _ => *write,
+                            What::Write(_) => tokens.largest,
+                            _ => tokens.write,
                         };
-                        let (floor, fresh) = (floor, seen.insert(token));
-                        *largest = (*largest).max(token);
-                        if matches!(what, What::Write(_)) {
-                            *write = token;
+                        let fresh = tokens.seen.insert(token);
+                        tokens.largest = tokens.largest.max(token);
+                        if let What::Write(owner) = what {
+                            tokens.write = token;
+                            tokens.writer = (c, owner);
                         }
-                        if token <= floor || !fresh {
+                        if !downgrade && (token <= floor || !fresh) {
                             self.fail(format!(
                                 "client {c}: new {what:?} of {name} got token {token} after {floor} (or again)"
                             ));

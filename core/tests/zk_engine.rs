@@ -109,8 +109,17 @@ impl Bed {
         std::mem::take(&mut self.sent[c])
     }
 
+    /// The contenders' nodes of lock "job" (its directory keeps its pin besides).
     fn children(&self) -> Vec<String> {
-        self.store.children("/dlock/job")
+        self.contenders("/dlock/job")
+    }
+
+    fn contenders(&self, dir: &str) -> Vec<String> {
+        let mut children = self.store.children(dir);
+        let pin = children.iter().position(|c| c == dlock_core::zk::PIN);
+        assert!(pin.is_some(), "{dir} has no pin: {children:?}");
+        children.retain(|c| c != dlock_core::zk::PIN);
+        children
     }
 }
 
@@ -141,24 +150,24 @@ fn acquired(events: &[Event]) -> (HoldId, u64) {
 }
 
 #[test]
-fn first_acquire_creates_the_directory_then_holds_with_token_one() {
+fn first_acquire_creates_the_directory_and_its_pin_then_holds_with_token_two() {
     let mut bed = Bed::new(1);
     bed.cmd(0, acquire(1, Wait::No));
     let (hold, token) = acquired(&bed.take(0));
-    assert_eq!(token, 1, "sequence 0 + 1");
+    assert_eq!(token, 2, "sequence 1 (the pin took 0) + 1");
     let sent = bed.take_sent(0);
     assert!(matches!(sent[0], ZkOp::CreateSequential { .. }));
     assert_eq!(
         sent[1],
         ZkOp::CreateParents {
-            path: "/dlock/job".into()
+            path: "/dlock/job/dlock-pin".into()
         }
     );
     let [child] = bed.children().try_into().unwrap();
     assert!(child.starts_with(&format!("{:032x}-1-lock-", 1)), "{child}");
     // Reentry is counted locally: no request.
     bed.cmd(0, acquire(2, Wait::No));
-    assert_eq!(acquired(&bed.take(0)), (hold, 1));
+    assert_eq!(acquired(&bed.take(0)), (hold, 2));
     assert!(bed.take_sent(0).is_empty());
     bed.cmd(0, Command::Release { op: OpId(3), hold });
     assert!(bed.take_sent(0).is_empty());
@@ -307,6 +316,7 @@ fn malformed_replies_become_typed_errors() {
     for bad in [
         Response::Zk(ZkReply::Created("/elsewhere/x-lock-0000000001".into())),
         Response::Zk(ZkReply::Children(vec![])),
+        Response::Zk(ZkReply::NodeExists),
         Response::Redis(dlock_core::redis::Value::Nil),
     ] {
         engine.handle_input(now, Input::Command(acquire(1, Wait::No)));
@@ -410,7 +420,7 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
     bed.take_sent(2);
     bed.cmd(2, permit(1, Wait::Forever));
     bed.cmd(3, permit(1, Wait::Forever));
-    let children = bed.store.children(dir);
+    let children = bed.contenders(dir);
     assert_eq!(children.len(), 4, "{children:?}");
     let watched = |sent: Vec<ZkOp>| -> Vec<String> {
         let mut paths: Vec<String> = sent
@@ -482,10 +492,10 @@ fn readers_watch_the_nearest_writer_ahead_and_a_writer_may_downgrade() {
     // A later reader waits behind the writer, watching the writer's node only.
     bed.take_sent(1);
     bed.cmd(1, rw(2, 2, false, Wait::Forever));
-    let children = bed.store.children(dir);
+    let children = bed.contenders(dir);
     let writer = children
         .iter()
-        .find(|c| c.contains("-lock-"))
+        .find(|c| c.contains("-__WRIT__"))
         .expect("the writer's node");
     let watched: Vec<ZkOp> = bed
         .take_sent(1)
@@ -516,10 +526,11 @@ fn readers_watch_the_nearest_writer_ahead_and_a_writer_may_downgrade() {
     );
     assert!(matches!(bed.take(1)[..], [Event::Released { .. }]));
     let (w, tw) = acquired(&bed.take(2));
-    // The writer's owner reads beside its write hold, past the waiting reader.
+    // The writer's owner reads beside its write hold, past the waiting reader: its read node
+    // takes the write node's number, and so its token.
     bed.cmd(2, rw(2, 1, false, Wait::No));
     let (r, tr) = acquired(&bed.take(2));
-    assert!(tr > tw);
+    assert_eq!(tr, tw);
     // No upgrade: that owner may not ask to write again while it reads... its write is
     // reentrant, though.
     bed.cmd(2, rw(3, 1, true, Wait::No));
@@ -627,4 +638,79 @@ fn a_failed_create_parents_is_tried_again() {
         matches!(again.op, Op::Zk(ZkOp::CreateSequential { .. })),
         "{again:?}"
     );
+}
+
+/// A writer that queued while the owner of the write hold downgrades does not hold the
+/// downgrade off (the read node takes the write node's number, as Curator's does), and it
+/// does not get in beside the read hold that stays when the write hold goes.
+#[test]
+fn a_downgrade_passes_a_writer_queued_in_between() {
+    let mut bed = Bed::new(2);
+    let dir = "/dlock/job.rwlock";
+    bed.cmd(0, rw(1, 1, true, Wait::No));
+    let (w, tw) = acquired(&bed.take(0));
+    bed.cmd(1, rw(1, 1, true, Wait::Forever));
+    assert!(bed.take(1).is_empty(), "the second writer waits");
+    bed.take_sent(0);
+    bed.cmd(0, rw(2, 1, false, Wait::No));
+    let (r, tr) = acquired(&bed.take(0));
+    assert_eq!(tr, tw);
+    let write_node = bed
+        .contenders(dir)
+        .into_iter()
+        .find(|c| c.starts_with("00000000000000000000000000000001-") && c.contains("__WRIT__"))
+        .expect("the write node");
+    let seq = &write_node[write_node.len() - 10..];
+    assert!(
+        bed.take_sent(0).iter().any(|op| matches!(
+            op,
+            ZkOp::CreateEphemeral { path } if path.ends_with(&format!("-__READ__{seq}"))
+        )),
+        "the read node is created with the write node's number"
+    );
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(3),
+            hold: w,
+        },
+    );
+    assert!(matches!(bed.take(0)[..], [Event::Released { .. }]));
+    assert!(bed.take(1).is_empty(), "the read hold keeps the writer out");
+    bed.cmd(
+        0,
+        Command::Release {
+            op: OpId(4),
+            hold: r,
+        },
+    );
+    let (_, t2) = acquired(&bed.take(1));
+    assert!(t2 > tr);
+}
+
+/// A lock directory that Curator created as a container node, which ZooKeeper deletes once
+/// it is empty (its numbers starting again at 0 when it comes back), is pinned by a
+/// persistent child before any of its numbers is a token: it stays, and tokens keep growing.
+#[test]
+fn a_container_directory_is_pinned_before_a_token_comes_from_it() {
+    let mut bed = Bed::new(1);
+    let parents = ZkOp::CreateParents {
+        path: "/dlock".into(),
+    };
+    bed.store.execute(bed.engines[0].1, &parents).unwrap();
+    bed.store.create_container("/dlock/job");
+    bed.cmd(0, acquire(1, Wait::No));
+    let (hold, token) = acquired(&bed.take(0));
+    assert!(
+        bed.take_sent(0).contains(&ZkOp::CreateParents {
+            path: "/dlock/job/dlock-pin".into()
+        }),
+        "the directory is pinned"
+    );
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    bed.take(0);
+    assert!(bed.children().is_empty());
+    bed.cmd(0, acquire(3, Wait::No));
+    let (_, next) = acquired(&bed.take(0));
+    assert!(next > token, "{next} after {token}");
 }

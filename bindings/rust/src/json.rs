@@ -417,6 +417,7 @@ fn reply_from_json(f: &Field<'_>) -> Result<Reply> {
             "created" => ZkReply::Created(zk.get("path").str()?.to_owned()),
             "children" => ZkReply::Children(zk.get("names").strings()?),
             "no-node" => ZkReply::NoNode,
+            "node-exists" => ZkReply::NodeExists,
             other => {
                 return zk
                     .get("type")
@@ -478,6 +479,7 @@ fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
             ("zk", json!({ "type": "children", "names": names }))
         }
         Ok(Response::Zk(ZkReply::NoNode)) => ("zk", json!({ "type": "no-node" })),
+        Ok(Response::Zk(ZkReply::NodeExists)) => ("zk", json!({ "type": "node-exists" })),
         Ok(Response::Sql(values)) => (
             "sql",
             Json::Array(
@@ -570,8 +572,8 @@ pub fn input_to_json(input: &Input) -> Json {
 }
 
 /// A backend operation as JSON: `eval` (script name, keys, args), `subscribe`, or one of the
-/// ZooKeeper operations (`create-parents`, `create-sequential`, `delete`, `children`,
-/// `watch`, `exists`), or a SQL `query` (statement name, SQL text, parameters) or `listen`. A
+/// ZooKeeper operations (`create-parents`, `create-sequential`, `create-ephemeral`, `delete`,
+/// `children`, `watch`, `exists`), or a SQL `query` (statement name, SQL text, parameters) or `listen`. A
 /// Redlock operation is its Redis operation with the `node` it goes to.
 pub fn op_to_json(op: &Op) -> Json {
     match op {
@@ -589,6 +591,9 @@ pub fn op_to_json(op: &Op) -> Json {
         Op::Zk(ZkOp::CreateParents { path }) => json!({ "type": "create-parents", "path": path }),
         Op::Zk(ZkOp::CreateSequential { prefix }) => {
             json!({ "type": "create-sequential", "prefix": prefix })
+        }
+        Op::Zk(ZkOp::CreateEphemeral { path }) => {
+            json!({ "type": "create-ephemeral", "path": path })
         }
         Op::Zk(ZkOp::Delete { path }) => json!({ "type": "delete", "path": path }),
         Op::Zk(ZkOp::Children { path }) => json!({ "type": "children", "path": path }),
@@ -855,6 +860,10 @@ mod tests {
         roundtrip(Input::Reply {
             id: dlock_core::RequestId(5),
             reply: Ok(Response::Zk(ZkReply::Children(vec!["x".into()]))),
+        });
+        roundtrip(Input::Reply {
+            id: dlock_core::RequestId(5),
+            reply: Ok(Response::Zk(ZkReply::NodeExists)),
         });
         roundtrip(Input::Reply {
             id: dlock_core::RequestId(6),

@@ -166,12 +166,13 @@ async fn crafted_names_stay_one_node_below_the_root_on_zookeeper() {
     let children = client.list_children("/dlock").await.unwrap();
     for child in &children {
         assert!(places.contains(child), "/dlock/{child} is no name's place");
-        // Released: each place is an empty directory (it keeps the sequence), no deeper.
+        // Released: each place is a directory that keeps only its pin (and so its
+        // sequence), no deeper.
         let inside = client
             .list_children(&format!("/dlock/{child}"))
             .await
             .unwrap();
-        assert!(inside.is_empty(), "/dlock/{child} holds {inside:?}");
+        assert_eq!(inside, [dlock_core::zk::PIN], "/dlock/{child}");
     }
     assert_eq!(
         children.len(),

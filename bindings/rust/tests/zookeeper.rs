@@ -354,3 +354,87 @@ async fn tls_verifies_the_server() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidUrl(_)), "{err:?}");
 }
+
+/// A lock directory that Curator created as a container node, which ZooKeeper deletes once
+/// it is empty (numbering its children from 0 when it comes back), gets its persistent pin
+/// before a token comes from it: it outlives its last contender, and tokens keep growing.
+/// (The server's ContainerManager runs every `znode.container.checkIntervalMs`, 100 ms here;
+/// an unpinned container of the same test does go.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_directory_is_pinned_and_stays() {
+    use zookeeper_client as zk;
+    let ensemble = ZkEnsemble::start(1);
+    let raw = zk::Client::connect(&ensemble.hosts()).await.unwrap();
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    raw.create("/dlock", &[], &open).await.unwrap();
+    raw.create("/dlock/curator", &[], &container).await.unwrap();
+    // The control: a container that had a child and has none goes.
+    raw.create("/control", &[], &container).await.unwrap();
+    raw.create("/control/x", &[], &ephemeral).await.unwrap();
+    raw.delete("/control/x", None).await.unwrap();
+    let client = connect(&ensemble.url()).await.unwrap();
+    let first = client.lock("curator").acquire().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    eventually("the unpinned container to go", || async {
+        raw.check_stat("/control").await.unwrap().is_none()
+    })
+    .await;
+    let (children, _) = raw.get_children("/dlock/curator").await.unwrap();
+    assert_eq!(children, ["dlock-pin"]);
+    let next = client.lock("curator").acquire().await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
+/// A downgrade is not held off by a writer that queued after the write hold: the read node
+/// takes the write node's number (Curator's layout), and that writer gets the lock only when
+/// the read hold goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_passes_a_writer_queued_in_between() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ensemble = ZkEnsemble::start(1);
+    let raw = zookeeper_client::Client::connect(&ensemble.hosts())
+        .await
+        .unwrap();
+    let (a, b) = (
+        connect(&ensemble.url()).await.unwrap(),
+        connect(&ensemble.url()).await.unwrap(),
+    );
+    let doc = a.rw_lock("doc");
+    let write = doc.write().acquire().await.unwrap();
+    let granted = Arc::new(AtomicBool::new(false));
+    let queued = tokio::spawn({
+        let (b, granted) = (b.clone(), granted.clone());
+        async move {
+            let hold = b.rw_lock("doc").write().acquire().await.unwrap();
+            granted.store(true, Ordering::SeqCst);
+            hold
+        }
+    });
+    eventually("the second writer's node", || async {
+        let (children, _) = raw.get_children("/dlock/doc.rwlock").await.unwrap();
+        children.iter().filter(|c| c.contains("__WRIT__")).count() == 2
+    })
+    .await;
+    let read = tokio::time::timeout(Duration::from_secs(30), doc.read().acquire())
+        .await
+        .expect("the downgrade does not wait for the queued writer")
+        .unwrap();
+    assert_eq!(read.fencing_token(), write.fencing_token());
+    write.release().await.unwrap();
+    // A request of this session after the release: the queued writer's session has heard
+    // of the delete long since, and must still wait for the read node ahead of it.
+    assert!(a.status("doc").await.is_ok());
+    assert!(
+        !granted.load(Ordering::SeqCst),
+        "a writer beside the read hold"
+    );
+    let token = read.fencing_token();
+    read.release().await.unwrap();
+    let next = queued.await.unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}

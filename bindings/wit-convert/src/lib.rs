@@ -259,6 +259,7 @@ macro_rules! conversions {
                 [path] (core_::zk::ZkReply::Created(path)) <=> (ZkReply::Created(path)),
                 [names] (core_::zk::ZkReply::Children(names)) <=> (ZkReply::Children(names)),
                 [] (core_::zk::ZkReply::NoNode) <=> (ZkReply::NoNode),
+                [] (core_::zk::ZkReply::NodeExists) <=> (ZkReply::NodeExists),
             });
             $crate::__table!(core_::TransportError => TransportError {
                 [why] (core_::TransportError::Unavailable(why)) <=> (TransportError::Unavailable(why)),
@@ -305,6 +306,7 @@ macro_rules! conversions {
             $crate::__table!(core_::zk::ZkOp => ZkOp {
                 [path] (core_::zk::ZkOp::CreateParents { path }) <=> (ZkOp::CreateParents(path)),
                 [prefix] (core_::zk::ZkOp::CreateSequential { prefix }) <=> (ZkOp::CreateSequential(prefix)),
+                [path] (core_::zk::ZkOp::CreateEphemeral { path }) <=> (ZkOp::CreateEphemeral(path)),
                 [path] (core_::zk::ZkOp::Delete { path }) <=> (ZkOp::Delete(path)),
                 [path] (core_::zk::ZkOp::Children { path }) <=> (ZkOp::Children(path)),
                 [path] (core_::zk::ZkOp::Watch { path }) <=> (ZkOp::Watch(path)),

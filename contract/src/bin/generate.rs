@@ -380,6 +380,15 @@ impl Bed {
         self
     }
 
+    /// Creates a ZooKeeper node as Curator does a lock's directory: a container.
+    fn zk_container(&mut self, path: &str) -> &mut Self {
+        let Server::Zk { store, .. } = &mut self.server else {
+            panic!("not ZooKeeper")
+        };
+        store.create_container(path);
+        self
+    }
+
     /// Restarts the Redis server without persistence: every key is gone.
     fn wipe_redis(&mut self) -> &mut Self {
         self.server = Server::Redis(RedisStore::new());
@@ -1136,7 +1145,7 @@ fn zk_only() -> Vec<Json> {
 
     let mut b = Bed::new(
         "zookeeper-rw-lock",
-        "A read-write lock's directory is <name>.rwlock; readers' nodes are <token>-read-<seq>. A writer waits for the reader ahead; a reader that comes after the writer watches the writer's node only. The writer's owner reads beside its write hold (downgrade).",
+        "A read-write lock's directory is <name>.rwlock; writers' nodes are <token>-__WRIT__<seq>, readers' <token>-__READ__<seq> (Curator's names). A writer waits for the reader ahead; a reader that comes after the writer watches the writer's node only. The writer's owner reads beside its write hold (downgrade): its read node is EPHEMERAL, with the write node's number, and its token is the write hold's.",
         zookeeper(),
         1,
     );
@@ -1176,6 +1185,16 @@ fn zk_only() -> Vec<Json> {
         0,
     );
     b.command(try_lock(1, "invoice 7/ü"));
+    out.push(b.finish());
+
+    let mut b = Bed::zk(
+        "zookeeper-pin",
+        "A lock directory someone else created (Curator, as a container node that ZooKeeper deletes once empty) has no pin: the client creates the persistent child dlock-pin before a number from that directory is a token, and lists again. A released lock then leaves the directory in place.",
+    );
+    b.zk_container("/dlock").zk_container("/dlock/jobs");
+    b.command(wait_lock(1, "jobs"));
+    let h = b.hold(1);
+    b.command(release(2, h)).command(wait_lock(3, "jobs"));
     out.push(b.finish());
 
     let mut b = Bed::zk(

@@ -3,9 +3,10 @@
 //! predecessor) with reentrancy counted by the lifecycle, fencing by sequence number and a
 //! lease bounded by the session's latest confirmation. A semaphore of N permits is the same
 //! recipe with the N lowest holding, each waiter watching the N nodes just before its own. A
-//! read-write lock is Curator's too: a writer's node holds when it is the lowest, a reader's
-//! when no writer's node is lower (but its own owner's: downgrade); a writer watches its
-//! predecessor, a reader the nearest writer's node ahead.
+//! read-write lock is Curator's too, with its node names: a writer's node holds when it is the
+//! lowest, a reader's when no writer's node is lower; a writer watches its predecessor, a
+//! reader the nearest writer's node ahead. A downgrade's read node takes its write node's
+//! sequence number, so that no writer queued since comes between them.
 //!
 //! Validity: any answer the session gives to a request sent at `t` proves the session was
 //! alive on the server after `t`, so it lives — and keeps our ephemeral nodes — until at
@@ -36,7 +37,8 @@ use crate::zk::{self, ZkOp, ZkReply};
 pub(crate) struct Dir {
     /// The lock's directory node.
     dir: String,
-    /// A reader's own owner's write node (its name), which does not hold it off: downgrade.
+    /// A downgrade's write node: the name of the held write node of a reader's own owner,
+    /// whose sequence number the read node takes.
     downgrade: Option<String>,
 }
 
@@ -92,7 +94,12 @@ pub(crate) enum Cleanup {
 
 #[derive(Clone, Debug)]
 pub(crate) enum Purpose {
+    /// Create the directory and its pin, then the node.
     Parents {
+        seq: u64,
+    },
+    /// Create the pin of an existing directory, then list it again.
+    Pin {
         seq: u64,
     },
     Create {
@@ -230,12 +237,18 @@ impl Zk {
             }
             return;
         };
-        let prefix = zk::node_prefix(&t.data.dir, &t.token, t.kind == Kind::Read);
+        let prefix = zk::node_prefix(&t.data.dir, &t.token, t.kind);
+        let downgrade = Self::downgrade_path(t);
         let State::Pending(w) = &mut t.state else {
             return;
         };
         let p = &mut w.state;
         match reply {
+            // Ours: its name carries our token (an earlier create got no answer).
+            Ok(ZkReply::NodeExists) if downgrade.is_some() => {
+                p.node = Node::Uncertain;
+                self.children(life, seq);
+            }
             Ok(ZkReply::Created(path)) => {
                 let seq_no = path
                     .strip_prefix(&prefix)
@@ -252,7 +265,7 @@ impl Zk {
                 }
             }
             Ok(ZkReply::NoNode) => {
-                let path = t.data.dir.clone();
+                let path = zk::pin_path(&t.data.dir);
                 let op = ZkOp::CreateParents { path };
                 self.send_pending(life, seq, op, Purpose::Parents { seq });
             }
@@ -273,6 +286,16 @@ impl Zk {
         };
         let p = &mut w.state;
         let children = match reply {
+            // A directory someone else created (Curator, perhaps as a container): pinned
+            // before any of its numbers is a token. It cannot go meanwhile: our node is in it,
+            // or it is not (and a create finds the directory missing).
+            Ok(ZkReply::Children(children))
+                if !children.iter().any(|c| c == zk::PIN) && !plant::on(Plant::ZkNoPin) =>
+            {
+                let path = zk::pin_path(&t.data.dir);
+                let op = ZkOp::CreateParents { path };
+                return self.send_pending(life, seq, op, Purpose::Pin { seq });
+            }
             Ok(ZkReply::Children(children)) => children,
             Ok(ZkReply::NoNode) => {
                 p.node = Node::None;
@@ -308,6 +331,16 @@ impl Zk {
             return self.advance(life, seq);
         };
         let path = format!("{dir}/{child}");
+        if let Some(write) = &t.data.downgrade
+            && !children.contains(write)
+        {
+            // The write hold went (lost, or released before the read node was created):
+            // someone may have written since, so this read queues as any other.
+            t.data.downgrade = None;
+            p.node = Node::None;
+            self.clean(life, Cleanup::Delete(path));
+            return self.advance(life, seq);
+        }
         p.node = Node::Created {
             path: path.clone(),
             seq: n,
@@ -315,7 +348,8 @@ impl Zk {
         // A lock is held by the lowest node, a semaphore's permits by its N lowest: with N
         // or more nodes ahead, watch the N just before ours. Another node going changes
         // nothing for us: the N stay the ones just before ours, and as many are still ahead.
-        // A reader counts only the writers' nodes ahead (but its own owner's), as a lock does.
+        // A reader counts only the writers' nodes ahead. A downgrade's read node has its write
+        // node's number: nothing holds it off.
         let permits = match t.kind {
             Kind::Semaphore { permits } => permits as usize,
             _ => 1,
@@ -326,9 +360,7 @@ impl Zk {
             .map(|(_, c)| *c)
             .filter(|c| {
                 t.kind != Kind::Read
-                    || !(plant::on(Plant::ZkReadersIgnoreWriters)
-                        || zk::is_reader(c)
-                        || t.data.downgrade.as_deref() == Some(*c))
+                    || (zk::is_writer(c) && !plant::on(Plant::ZkReadersIgnoreWriters))
             })
             .collect();
         let window = ahead.len().saturating_sub(permits);
@@ -479,9 +511,19 @@ impl Zk {
         let Some(t) = life.tenures.get(seq) else {
             return;
         };
-        let prefix = zk::node_prefix(&t.data.dir, &t.token, t.kind == Kind::Read);
-        let op = ZkOp::CreateSequential { prefix };
+        let op = match Self::downgrade_path(t) {
+            Some(path) => ZkOp::CreateEphemeral { path },
+            None => ZkOp::CreateSequential {
+                prefix: zk::node_prefix(&t.data.dir, &t.token, t.kind),
+            },
+        };
         self.send_pending(life, seq, op, Purpose::Create { seq });
+    }
+
+    /// The path of a downgrade's read node: the reader's name with its write node's number.
+    fn downgrade_path(t: &Tenure<Zk>) -> Option<String> {
+        let (_, write_seq) = zk::parse_child(t.data.downgrade.as_deref()?)?;
+        Some(zk::downgrade_path(&t.data.dir, &t.token, write_seq))
     }
 
     fn children(&mut self, life: &mut Life, seq: u64) {
@@ -665,6 +707,7 @@ impl Backend for Zk {
         // reply arm can leave a waiter asking with nothing under way.
         let mut stale = false;
         if let Purpose::Parents { seq }
+        | Purpose::Pin { seq }
         | Purpose::Create { seq }
         | Purpose::Children { seq }
         | Purpose::Watch { seq, .. } = req.purpose
@@ -676,6 +719,11 @@ impl Backend for Zk {
         match req.purpose {
             Purpose::Parents { seq } => match reply {
                 Ok(ZkReply::Done) => self.create(life, seq),
+                Ok(other) => self.malformed(life, seq, "create-parents", other),
+                Err(e) => self.retry(life, seq, e),
+            },
+            Purpose::Pin { seq } => match reply {
+                Ok(ZkReply::Done) => self.children(life, seq),
                 Ok(other) => self.malformed(life, seq, "create-parents", other),
                 Err(e) => self.retry(life, seq, e),
             },

@@ -6,8 +6,10 @@
 //! sequence>`. The lowest sequence holds the lock; each waiter watches only the node just
 //! before its own. The fencing token is the holder's sequence number + 1. A semaphore of N
 //! permits queues the same way under `root/escape(N).semaphore`: the N lowest hold a permit,
-//! and each waiter watches the N nodes just before its own. `docs/PROTOCOL.md`
-//! describes the same thing for other implementers.
+//! and each waiter watches the N nodes just before its own. A read-write lock's writers and
+//! readers queue under `root/escape(N).rwlock` as Curator's `InterProcessReadWriteLock` names
+//! them: `<token>-__WRIT__<seq>` and `<token>-__READ__<seq>`. `docs/PROTOCOL.md` describes the
+//! same thing for other implementers.
 
 pub(crate) mod machine;
 pub mod reference;
@@ -16,14 +18,22 @@ use core::fmt::Write as _;
 
 use crate::error::Error;
 use crate::status::LockStatus;
+use crate::types::Kind;
 
 /// Version of the node layout in this module.
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// What separates the owner token from the server's sequence number in a contender's name:
-/// a lock's, a permit's or a writer's node, and a reader's of a read-write lock.
+/// a lock's or a permit's node (Curator's `InterProcessMutex` names its nodes
+/// `_c_<uuid>-lock-<seq>`), and a writer's and a reader's of a read-write lock (Curator's
+/// `InterProcessReadWriteLock`: `_c_<uuid>-__WRIT__<seq>`, `_c_<uuid>-__READ__<seq>`).
 const LOCK_MARK: &str = "-lock-";
-const READ_MARK: &str = "-read-";
+const WRITE_MARK: &str = "-__WRIT__";
+const READ_MARK: &str = "-__READ__";
+/// kazoo's `Lock` names its nodes `<32 hex>__lock__<seq>`: a contender too (dlock never
+/// creates one), so that a kazoo lock built with `extra_lock_patterns=["-lock-"]` and a dlock
+/// lock on one directory exclude each other.
+const KAZOO_MARK: &str = "__lock__";
 
 /// Checks a root path: absolute, no trailing `/`, no empty, `.` or `..` component.
 pub fn check_root(root: &str) -> Result<(), Error> {
@@ -55,6 +65,10 @@ pub enum ZkOp {
     /// sequence number. Reply: [`ZkReply::Created`] with the full path, or
     /// [`ZkReply::NoNode`] if the parent is missing.
     CreateSequential { prefix: String },
+    /// Create an empty `EPHEMERAL` node at `path` (a downgrade's read node, which takes its
+    /// write node's sequence number). Reply: [`ZkReply::Created`] with `path`,
+    /// [`ZkReply::NodeExists`], or [`ZkReply::NoNode`] if the parent is missing.
+    CreateEphemeral { path: String },
     /// Delete `path`, any version. Reply: [`ZkReply::Done`] or [`ZkReply::NoNode`].
     Delete { path: String },
     /// The names of `path`'s children. Reply: [`ZkReply::Children`] or [`ZkReply::NoNode`].
@@ -79,6 +93,8 @@ pub enum ZkReply {
     Children(Vec<String>),
     /// The node (or, for a create, its parent) does not exist.
     NoNode,
+    /// A node already exists at the path created.
+    NodeExists,
 }
 
 /// Escapes a lock name into one path component: every byte outside `A-Z a-z 0-9 - _` becomes
@@ -94,6 +110,21 @@ pub fn escape(name: &str) -> String {
         }
     }
     out
+}
+
+/// The persistent child every directory of contenders keeps. ZooKeeper never deletes a node
+/// that has children, so a directory that Curator created as a container node (deleted by the
+/// server once empty, its sequence numbers, and so fencing tokens, starting again at 0 when
+/// it is created anew) stays, like a persistent one. Clients cannot tell a container from a
+/// persistent node (ZooKeeper reports 0 as a container's `ephemeralOwner`), so every
+/// directory gets one. It is no contender for dlock, and sorts after every contender in
+/// Curator's order (by the text after the last `lock-`: `pin`) and in kazoo's (unknown names
+/// last).
+pub const PIN: &str = "dlock-pin";
+
+/// The path of the pin of directory `dir`.
+pub fn pin_path(dir: &str) -> String {
+    format!("{dir}/{PIN}")
 }
 
 /// The persistent node under which the contenders for lock `name` queue.
@@ -113,23 +144,38 @@ pub fn rw_dir(root: &str, name: &str) -> String {
     format!("{root}/{}.rwlock", escape(name))
 }
 
-/// The path prefix of the contender node of tenure `token` (the server appends the sequence):
-/// `-read-` for a reader of a read-write lock, `-lock-` for any other.
-pub fn node_prefix(dir: &str, token: &str, reader: bool) -> String {
-    let mark = if reader { READ_MARK } else { LOCK_MARK };
+/// The path prefix of the contender node of tenure `token` of `kind` (the server appends the
+/// sequence): `-__READ__` for a reader of a read-write lock, `-__WRIT__` for a writer,
+/// `-lock-` for a lock's holder and a semaphore's.
+pub fn node_prefix(dir: &str, token: &str, kind: Kind) -> String {
+    let mark = match kind {
+        Kind::Read => READ_MARK,
+        Kind::Write => WRITE_MARK,
+        Kind::Mutex | Kind::Semaphore { .. } => LOCK_MARK,
+    };
     format!("{dir}/{token}{mark}")
 }
 
-/// Whether a contender node is a reader's.
-pub fn is_reader(child: &str) -> bool {
-    child.rsplit_once(LOCK_MARK).is_none() && child.contains(READ_MARK)
+/// The read node of a downgrade: named as the reader's sequential node would be, with the
+/// sequence number of the same owner's write node, so that it sorts beside that node and
+/// ahead of every writer queued since (Curator 5.x does the same).
+pub fn downgrade_path(dir: &str, token: &str, write_seq: u64) -> String {
+    format!("{}{write_seq:010}", node_prefix(dir, token, Kind::Read))
 }
 
-/// A contender node's owner token and sequence number; `None` for a foreign child.
+/// Whether a contender node is a writer's of a read-write lock (Curator's test: the name
+/// contains `__WRIT__`).
+pub fn is_writer(child: &str) -> bool {
+    child.contains(&WRITE_MARK[1..])
+}
+
+/// A contender node's owner token and sequence number; `None` for a foreign child. The
+/// sequence follows the last mark in the name.
 pub fn parse_child(child: &str) -> Option<(&str, u64)> {
-    let (token, seq) = child
-        .rsplit_once(LOCK_MARK)
-        .or_else(|| child.rsplit_once(READ_MARK))?;
+    let (token, seq) = [LOCK_MARK, WRITE_MARK, READ_MARK, KAZOO_MARK]
+        .iter()
+        .filter_map(|mark| child.rsplit_once(mark))
+        .max_by_key(|(token, _)| token.len())?;
     if seq.len() != 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -201,6 +247,41 @@ mod tests {
         assert_eq!(s.owner.as_deref(), Some("aa-1"));
         assert_eq!((s.fencing_token, s.latest_token, s.count), (4, 13, 1));
         assert_eq!(s.waiters, vec!["bb-2".to_owned()]);
+    }
+
+    /// Curator's and kazoo's nodes are contenders, by the sequence after their last mark; the
+    /// pin is none.
+    #[test]
+    fn foreign_recipes_nodes_parse() {
+        let uuid = "_c_0f3b2c1e-9a8d-4c1b-b2a7-5e6f7a8b9c0d";
+        for (child, parsed) in [
+            (
+                format!("{uuid}-lock-0000000007"),
+                Some((uuid.to_owned(), 7)),
+            ),
+            (
+                format!("{uuid}-__WRIT__0000000008"),
+                Some((uuid.to_owned(), 8)),
+            ),
+            (
+                format!("{uuid}-__READ__0000000009"),
+                Some((uuid.to_owned(), 9)),
+            ),
+            (
+                "4c1bb2a75e6f7a8b9c0d0f3b2c1e9a8d__lock__0000000010".to_owned(),
+                Some(("4c1bb2a75e6f7a8b9c0d0f3b2c1e9a8d".to_owned(), 10)),
+            ),
+            (PIN.to_owned(), None),
+        ] {
+            let got = parse_child(&child).map(|(t, s)| (t.to_owned(), s));
+            assert_eq!(got, parsed, "{child}");
+        }
+        assert!(is_writer(&format!("{uuid}-__WRIT__0000000008")));
+        assert!(!is_writer(&format!("{uuid}-__READ__0000000009")));
+        assert_eq!(
+            downgrade_path("/d", "aa-1", 42),
+            "/d/aa-1-__READ__0000000042"
+        );
     }
 
     #[test]

@@ -13,6 +13,10 @@ pub type SessionId = u64;
 struct Node {
     /// The session of an ephemeral node.
     ephemeral: Option<SessionId>,
+    /// A container node (as Curator creates a lock's directory): the server deletes it as
+    /// soon as it has had children and has none. Its clients cannot tell it from a persistent
+    /// node (ZooKeeper reports its `ephemeralOwner` as 0).
+    container: bool,
     /// Counts child creations and deletions; the next sequential child gets its value.
     cversion: u64,
 }
@@ -73,6 +77,15 @@ impl Store {
         doomed.into_iter().flat_map(|p| self.remove(&p)).collect()
     }
 
+    /// Creates `path` (its parent exists) as a container node, as Curator's
+    /// `creatingParentContainersIfNeeded` does.
+    pub fn create_container(&mut self, path: &str) {
+        self.create(path, None);
+        if let Some(n) = self.nodes.get_mut(path) {
+            n.container = true;
+        }
+    }
+
     /// The session that owns an ephemeral node.
     pub fn ephemeral_owner(&self, path: &str) -> Option<SessionId> {
         self.nodes.get(path)?.ephemeral
@@ -113,6 +126,17 @@ impl Store {
                         let path = format!("{prefix}{:010}", p.cversion);
                         self.create(&path, Some(session));
                         ZkReply::Created(path)
+                    }
+                    _ => ZkReply::NoNode,
+                }
+            }
+            ZkOp::CreateEphemeral { path } => {
+                let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                match self.nodes.get(parent) {
+                    _ if self.nodes.contains_key(path) => ZkReply::NodeExists,
+                    Some(p) if p.ephemeral.is_none() => {
+                        self.create(path, Some(session));
+                        ZkReply::Created(path.clone())
                     }
                     _ => ZkReply::NoNode,
                 }
@@ -167,23 +191,31 @@ impl Store {
             path.to_owned(),
             Node {
                 ephemeral,
+                container: false,
                 cversion: 0,
             },
         );
     }
 
+    /// Removes `path`; an empty container parent goes with it (ZooKeeper's ContainerManager
+    /// does so within a minute, here at once: the worst case).
     fn remove(&mut self, path: &str) -> Vec<(SessionId, String)> {
         self.nodes.remove(path);
-        if let Some((parent, _)) = path.rsplit_once('/')
-            && let Some(p) = self.nodes.get_mut(parent)
-        {
-            p.cversion += 1;
-        }
-        self.watches
+        let mut fired: Vec<(SessionId, String)> = self
+            .watches
             .remove(path)
             .into_iter()
             .flatten()
             .map(|s| (s, path.to_owned()))
-            .collect()
+            .collect();
+        if let Some((parent, _)) = path.rsplit_once('/')
+            && let Some(p) = self.nodes.get_mut(parent)
+        {
+            p.cversion += 1;
+            if p.container && self.children(parent).is_empty() {
+                fired.extend(self.remove(parent));
+            }
+        }
+        fired
     }
 }

@@ -185,6 +185,15 @@ impl ZkTransport {
                     .create(&prefix, &[], &options(zk::CreateMode::EphemeralSequential))
                     .await
                     .map(|(_, seq)| ZkReply::Created(format!("{prefix}{seq}"))),
+                ZkOp::CreateEphemeral { path } => {
+                    match client
+                        .create(&path, &[], &options(zk::CreateMode::Ephemeral))
+                        .await
+                    {
+                        Err(zk::Error::NodeExists) => Ok(ZkReply::NodeExists),
+                        created => created.map(|_| ZkReply::Created(path)),
+                    }
+                }
                 ZkOp::Delete { path } => client.delete(&path, None).await.map(|()| ZkReply::Done),
                 ZkOp::Children { path } => client.list_children(&path).await.map(ZkReply::Children),
                 ZkOp::Watch { path } => match client.get_and_watch_data(&path).await {
