@@ -63,7 +63,7 @@ python-test:
     set -euo pipefail
     venv=target/venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest mypy redis "psycopg[binary]" pymysql
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest mypy redis "psycopg[binary]" pymysql kazoo
     rm -rf target/wheels
     $venv/bin/maturin build --quiet -m python/Cargo.toml -o target/wheels
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/dlock-*.whl
