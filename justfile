@@ -92,8 +92,11 @@ node-test:
     rm -rf "$(dirname "$project")"
 
 # Live mixed-language contention on Redis, then ZooKeeper: Rust, Rust+Wasm, Python and Node
-# workers share one lock (needs the wheel and the addon that python-test and node-test build).
+# workers share one lock (needs the wheel and the addon that python-test and node-test build);
+# then Java workers on Curator share a lock and a read-write lock with them on ZooKeeper (the
+# JVM worker is built here, with Maven).
 interop:
+    (cd contract/java && mvn -q -B package > ../../target/interop-maven.log 2>&1) || { cat target/interop-maven.log; exit 1; }
     # One backend pair at a time: eight workers and their servers each, on a shared machine.
     cargo test -p dlock-contract --test contention -- --ignored --nocapture --test-threads=1
 

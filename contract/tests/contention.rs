@@ -1,15 +1,20 @@
 //! Live mixed-language contention: workers in Rust (native engine), Rust with the Wasm
 //! engine, Python and Node contend for one lock on a real redis-server, then on a real
 //! ZooKeeper (one test), and on a real PostgreSQL, then on a real MariaDB (another), until a
-//! shared counter reaches its target. Each holder does a fenced
+//! shared counter reaches its target; and Java workers on Apache Curator contend with the
+//! Rust, Python and Node workers for a lock (`InterProcessMutex`) and a read-write lock
+//! (`InterProcessReadWriteLock`) on ZooKeeper (a third). Each holder does a fenced
 //! read-modify-write of the counter in a shared file and logs its tenure; the logs must show
 //! every write counted, fencing tokens strictly increasing in acquisition order, no two
-//! tenures overlapping, no stale write, and every runtime with at least 10% of the
-//! acquisitions (each acquires as often as the lock's hand-off lets it).
+//! tenures overlapping (on a read-write lock: no write hold beside any other hold, and each
+//! read hold's token between those of the writes before and after it), no stale write, and
+//! every runtime with at least 10% of the acquisitions (each acquires as often as the lock's
+//! hand-off lets it).
 //!
-//! Needs the Python wheel installed in target/venv and the Node addon built in node/ (both
-//! done by `just python-test` and `just node-test`), so it is ignored by a plain `cargo
-//! test` and run by `just interop`.
+//! Needs the Python wheel installed in target/venv, the Node addon built in node/ (both done
+//! by `just python-test` and `just node-test`) and the JVM worker built by Maven
+//! (contract/java/target/contend.jar), so it is ignored by a plain `cargo test` and run by
+//! `just interop`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,12 +30,22 @@ const TARGET: usize = 2_000;
 /// On SQL: MariaDB's waiters find a hand-off at their next look (25–50 ms), so fewer rounds.
 const SQL_TARGET: usize = 500;
 const RUNTIMES: [&str; 4] = ["rust", "rust-wasm", "python", "node"];
+/// Beside Curator: one worker per dlock host, and Java.
+const WITH_JAVA: [&str; 4] = ["rust", "python", "node", "java"];
+
+/// What the workers take: a lock, or a read-write lock's write hold and every third time its
+/// read hold.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Lock,
+    Rw,
+}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn worker(runtime: &str, url: &str, dir: &Path, label: &str, target: usize) -> Child {
+fn worker(runtime: &str, url: &str, dir: &Path, label: &str, target: usize, mode: Mode) -> Child {
     let repo = repo();
     let args = [
         url,
@@ -38,6 +53,7 @@ fn worker(runtime: &str, url: &str, dir: &Path, label: &str, target: usize) -> C
         &dir.to_string_lossy(),
         label,
         &target.to_string(),
+        if mode == Mode::Rw { "rw" } else { "lock" },
     ]
     .map(str::to_owned);
     let mut cmd = match runtime {
@@ -60,6 +76,12 @@ fn worker(runtime: &str, url: &str, dir: &Path, label: &str, target: usize) -> C
             let mut c = Command::new("node");
             c.arg(repo.join("contract/workers/contend.mjs"))
                 .env("DLOCK_NODE_PACKAGE", repo.join("node"));
+            c
+        }
+        "java" => {
+            let mut c = Command::new("java");
+            c.arg("-jar")
+                .arg(repo.join("contract/java/target/contend.jar"));
             c
         }
         other => unreachable!("{other}"),
@@ -86,20 +108,69 @@ struct Tenure {
     token: u64,
     start: u64,
     end: u64,
-    /// 0 written, 1 refused as stale, 2 found the target reached.
+    /// 0 written, 1 refused as stale, 2 found the target reached, 3 a read hold.
     outcome: u64,
     runtime: &'static str,
 }
 
+impl Tenure {
+    fn reads(&self) -> bool {
+        self.outcome == 3
+    }
+}
+
+/// The tenures of one run, sorted by start, and the acquisitions per runtime.
+struct Run {
+    tenures: Vec<Tenure>,
+    per_runtime: BTreeMap<&'static str, usize>,
+}
+
+impl Run {
+    /// The gaps between a tenure's end and the next one's start where the lock passed from a
+    /// runtime in `from` to a runtime in `to` (ms): the hand-off between them.
+    fn hand_offs(&self, from: &[&str], to: &[&str]) -> Vec<f64> {
+        let mut gaps: Vec<f64> = self
+            .tenures
+            .windows(2)
+            .filter(|p| !p[0].reads() && !p[1].reads())
+            .filter(|p| from.contains(&p[0].runtime) && to.contains(&p[1].runtime))
+            .map(|p| p[1].start.saturating_sub(p[0].end) as f64 / 1e6)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        gaps
+    }
+
+    fn summary(&self, what: &str, started: Instant) -> String {
+        let total: usize = self.per_runtime.values().sum();
+        let reads = self.tenures.iter().filter(|t| t.reads()).count();
+        format!(
+            "{what}: {total} acquisitions ({reads} reads) in {:.1?}: {:?}",
+            started.elapsed(),
+            self.per_runtime
+        )
+    }
+}
+
+fn median(sorted: &[f64]) -> String {
+    match sorted.len() {
+        0 => "-".into(),
+        n => format!("{:.2} ms (n={n})", sorted[n / 2]),
+    }
+}
+
 fn contend(url: &str, target: usize) -> BTreeMap<&'static str, usize> {
+    contend_with(url, target, &RUNTIMES, Mode::Lock).per_runtime
+}
+
+fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode) -> Run {
     let dir = tempdir();
     let mut children = Workers(
-        RUNTIMES
+        runtimes
             .iter()
             .flat_map(|r| (0..WORKERS).map(move |w| (*r, w)))
             .map(|(r, w)| {
                 let label = format!("{r}-{w}");
-                (label.clone(), worker(r, url, &dir, &label, target))
+                (label.clone(), worker(r, url, &dir, &label, target, mode))
             })
             .collect(),
     );
@@ -136,7 +207,7 @@ fn contend(url: &str, target: usize) -> BTreeMap<&'static str, usize> {
     }
 
     let mut tenures = Vec::new();
-    for runtime in RUNTIMES {
+    for &runtime in runtimes {
         for w in 0..WORKERS {
             let log = std::fs::read_to_string(dir.join(format!("{runtime}-{w}.log"))).unwrap();
             for line in log.lines() {
@@ -160,19 +231,9 @@ fn contend(url: &str, target: usize) -> BTreeMap<&'static str, usize> {
         0,
         "stale writes"
     );
-    for pair in tenures.windows(2) {
-        let (a, b) = (&pair[0], &pair[1]);
-        assert!(
-            a.end <= b.start,
-            "overlapping tenures: {} (token {}) until {} and {} (token {}) from {}",
-            a.runtime,
-            a.token,
-            a.end,
-            b.runtime,
-            b.token,
-            b.start
-        );
-        assert!(a.token < b.token, "token {} after {}", b.token, a.token);
+    match mode {
+        Mode::Lock => check_exclusive(&tenures),
+        Mode::Rw => check_rw(&tenures),
     }
     let counter = std::fs::read_to_string(dir.join("counter")).unwrap();
     let mut counter = counter
@@ -194,7 +255,69 @@ fn contend(url: &str, target: usize) -> BTreeMap<&'static str, usize> {
         assert!(n * 10 >= total, "{runtime} acquired only {n} of {total}");
     }
     std::fs::remove_dir_all(&dir).ok();
-    per_runtime
+    Run {
+        tenures,
+        per_runtime,
+    }
+}
+
+fn overlap(a: &Tenure, b: &Tenure) -> String {
+    format!(
+        "overlapping tenures: {} (token {}, outcome {}) until {} and {} (token {}, outcome {}) from {}",
+        a.runtime, a.token, a.outcome, a.end, b.runtime, b.token, b.outcome, b.start
+    )
+}
+
+/// A lock: no two tenures overlap, and tokens grow in acquisition order.
+fn check_exclusive(tenures: &[Tenure]) {
+    for pair in tenures.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a.end <= b.start, "{}", overlap(a, b));
+        assert!(a.token < b.token, "token {} after {}", b.token, a.token);
+    }
+}
+
+/// A read-write lock (`tenures` sorted by start): a write hold overlaps no other hold; write
+/// tokens grow in acquisition order; a read hold's token is larger than that of every write
+/// before it and smaller than that of every write after it.
+fn check_rw(tenures: &[Tenure]) {
+    let mut latest: Option<&Tenure> = None;
+    for (i, t) in tenures.iter().enumerate() {
+        if !t.reads() {
+            if let Some(a) = latest {
+                assert!(a.end <= t.start, "{}", overlap(a, t));
+            }
+            if let Some(b) = tenures.get(i + 1) {
+                assert!(t.end <= b.start, "{}", overlap(t, b));
+            }
+        }
+        if latest.is_none_or(|a| a.end < t.end) {
+            latest = Some(t);
+        }
+    }
+    let writes: Vec<&Tenure> = tenures.iter().filter(|t| !t.reads()).collect();
+    for pair in writes.windows(2) {
+        assert!(
+            pair[0].token < pair[1].token,
+            "write token {} after {}",
+            pair[1].token,
+            pair[0].token
+        );
+    }
+    for r in tenures.iter().filter(|t| t.reads()) {
+        for w in &writes {
+            let ordered = if w.end <= r.start {
+                w.token < r.token
+            } else {
+                w.token > r.token
+            };
+            assert!(
+                ordered,
+                "read token {} ({}) and write token {} ({}) out of order",
+                r.token, r.runtime, w.token, w.runtime
+            );
+        }
+    }
 }
 
 fn tempdir() -> PathBuf {
@@ -249,6 +372,28 @@ fn four_runtimes_share_one_lock_on_postgres_then_on_mariadb() {
             "{kind}: {} acquisitions in {:.1?}: {counts:?}",
             counts.values().sum::<usize>(),
             started.elapsed()
+        );
+    }
+}
+
+/// Curator on ZooKeeper: Java workers with `InterProcessMutex`, then with
+/// `InterProcessReadWriteLock`, on the paths dlock uses, beside dlock's Rust, Python and Node
+/// workers. Prints the hand-off between the two sides.
+#[test]
+#[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
+fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let dlock = &WITH_JAVA[..3];
+    for (mode, target) in [(Mode::Lock, 1_000), (Mode::Rw, 600)] {
+        let started = Instant::now();
+        let run = contend_with(&zk.url(), target, &WITH_JAVA, mode);
+        println!("{}", run.summary(&format!("curator {mode:?}"), started));
+        println!(
+            "  hand-off p50: Curator -> dlock {}, dlock -> Curator {}, dlock -> dlock {}, Curator -> Curator {}",
+            median(&run.hand_offs(&["java"], dlock)),
+            median(&run.hand_offs(dlock, &["java"])),
+            median(&run.hand_offs(dlock, dlock)),
+            median(&run.hand_offs(&["java"], &["java"])),
         );
     }
 }

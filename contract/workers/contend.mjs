@@ -1,10 +1,12 @@
 // One contender of the live mixed-language test (contract/tests/contention.rs), in Node.
 //
-// `node contend.mjs URL NAME DIR LABEL TARGET` acquires lock NAME until the counter in
-// DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
+// `node contend.mjs URL NAME DIR LABEL TARGET [lock|rw]` acquires lock NAME until the counter
+// in DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
 // connected); each tenure does a fenced read-modify-write of the counter and
 // appends `token start_ns end_ns outcome` (CLOCK_MONOTONIC; 0 written, 1 refused as stale,
-// 2 target reached) to DIR/LABEL.log, as the Rust and Python workers do. The dlock package is loaded from DLOCK_NODE_PACKAGE (default: 'dlock').
+// 2 target reached, 3 a read hold) to DIR/LABEL.log, as the Rust, Python and Java workers
+// do. In mode `rw` it takes the write hold of read-write lock NAME, and every third time its
+// read hold. The dlock package is loaded from DLOCK_NODE_PACKAGE (default: 'dlock').
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
@@ -22,19 +24,25 @@ function fencedIncrement(counter, token, target) {
   return 0
 }
 
-const [url, name, dir, label, target] = process.argv.slice(2)
+const [url, name, dir, label, target, mode] = process.argv.slice(2)
+const rw = mode === 'rw'
 const client = await dlock.connect(url)
-const lock = client.lock(name, { leaseMs: 10_000 })
+const rwLock = rw ? client.rwLock(name) : null
+const [write, read] = rw
+  ? [rwLock.write({ leaseMs: 10_000 }), rwLock.read({ leaseMs: 10_000 })]
+  : [client.lock(name, { leaseMs: 10_000 }), null]
 writeFileSync(join(dir, `${label}.ready`), '')
 while (!existsSync(join(dir, 'go'))) await new Promise((r) => setTimeout(r, 1))
 const log = []
-for (let outcome = 0; outcome !== 2; ) {
-  const held = await lock.acquire()
+for (let outcome = 0, i = 0; outcome !== 2; i++) {
+  const reading = rw && i % 3 === 2
+  const held = await (reading ? read : write).acquire()
   const start = process.hrtime.bigint()
-  outcome = fencedIncrement(join(dir, 'counter'), BigInt(held.fencingToken), BigInt(target))
+  const result = reading ? 3 : fencedIncrement(join(dir, 'counter'), BigInt(held.fencingToken), BigInt(target))
   const end = process.hrtime.bigint()
   await held.release()
-  log.push(`${held.fencingToken} ${start} ${end} ${outcome}\n`)
+  if (!reading) outcome = result
+  log.push(`${held.fencingToken} ${start} ${end} ${result}\n`)
 }
 writeFileSync(join(dir, `${label}.log`), log.join(''))
 await client.close()

@@ -1,9 +1,11 @@
 """One contender of the live mixed-language test (contract/tests/contention.rs), in Python.
 
-``contend.py URL NAME DIR LABEL TARGET`` acquires lock NAME until the counter in DIR/counter
-reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once connected); each tenure does a fenced read-modify-write of the counter and appends
+``contend.py URL NAME DIR LABEL TARGET [lock|rw]`` acquires lock NAME until the counter in
+DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
+connected); each tenure does a fenced read-modify-write of the counter and appends
 ``token start_ns end_ns outcome`` (CLOCK_MONOTONIC; 0 written, 1 refused as stale, 2 target
-reached) to DIR/LABEL.log, as the Rust and Node workers do.
+reached, 3 a read hold) to DIR/LABEL.log, as the Rust, Node and Java workers do. In mode
+``rw`` it takes the write hold of read-write lock NAME, and every third time its read hold.
 """
 
 import sys
@@ -28,20 +30,29 @@ def fenced_increment(counter: Path, token: int, target: int) -> int:
 
 def main() -> None:
     url, name, directory, label, target = sys.argv[1:6]
+    rw = sys.argv[6:] == ["rw"]
     root = Path(directory)
     client = dlock.connect(url)
-    lock = client.lock(name, lease=10.0)
+    if rw:
+        rw_lock = client.rw_lock(name)
+        write, read = rw_lock.write(lease=10.0), rw_lock.read(lease=10.0)
+    else:
+        write = read = client.lock(name, lease=10.0)
     (root / f"{label}.ready").write_text("")
     while not (root / "go").exists():
         time.sleep(0.001)
     log = []
     outcome = 0
+    i = 0
     while outcome != 2:
-        with lock as held:
+        reading = rw and i % 3 == 2
+        i += 1
+        with read if reading else write as held:
             start = time.monotonic_ns()
-            outcome = fenced_increment(root / "counter", held.fencing_token, int(target))
+            result = 3 if reading else fenced_increment(root / "counter", held.fencing_token, int(target))
             end = time.monotonic_ns()
-        log.append(f"{held.fencing_token} {start} {end} {outcome}\n")
+        outcome = outcome if reading else result
+        log.append(f"{held.fencing_token} {start} {end} {result}\n")
     (root / f"{label}.log").write_text("".join(log))
     client.close()
 

@@ -1,13 +1,14 @@
 //! One contender of the live mixed-language test (`tests/contention.rs`), in Rust: natively,
 //! or with the engine's Wasm component (`--wasm PATH`).
 //!
-//! `contend URL NAME DIR LABEL TARGET [--wasm PATH]` acquires lock NAME until the counter in
-//! DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
-//! connected). Each time it holds the lock it does a fenced read-modify-write
-//! of the counter and appends `token start_ns end_ns outcome` (CLOCK_MONOTONIC) to
-//! DIR/LABEL.log; the outcome is 0 for a write, 1 for a write the fence refused, 2 for
-//! finding the target reached. The Python and Node workers in `contract/workers/` do the
-//! same.
+//! `contend URL NAME DIR LABEL TARGET [lock|rw] [--wasm PATH]` acquires lock NAME until the
+//! counter in DIR/counter reaches TARGET, starting when DIR/go appears (it writes
+//! DIR/LABEL.ready once connected). Each time it holds the lock it does a fenced
+//! read-modify-write of the counter and appends `token start_ns end_ns outcome`
+//! (CLOCK_MONOTONIC) to DIR/LABEL.log; the outcome is 0 for a write, 1 for a write the fence
+//! refused, 2 for finding the target reached, 3 for a read hold. In mode `rw` it takes the
+//! write hold of read-write lock NAME, and every third time its read hold. The Python, Node
+//! and Java workers in `contract/workers/` and `contract/java/` do the same.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,9 +43,10 @@ fn monotonic_ns() -> u64 {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, name, dir, label, target, rest @ ..] = args.as_slice() else {
-        panic!("usage: contend URL NAME DIR LABEL TARGET [--wasm PATH]");
+    let [url, name, dir, label, target, mode, rest @ ..] = args.as_slice() else {
+        panic!("usage: contend URL NAME DIR LABEL TARGET lock|rw [--wasm PATH]");
     };
+    let rw = mode == "rw";
     let dir = PathBuf::from(dir);
     let target: u64 = target.parse().expect("TARGET is a number");
     let mut builder = dlock::Client::builder(url);
@@ -58,17 +60,27 @@ async fn main() {
     while !dir.join("go").exists() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let rw_lock = client.rw_lock(name);
     let mut log = Vec::new();
-    loop {
-        let guard = client
-            .lock(name)
+    for i in 0.. {
+        let reading = rw && i % 3 == 2;
+        let lock = match (rw, reading) {
+            (false, _) => client.lock(name),
+            (true, true) => rw_lock.read(),
+            (true, false) => rw_lock.write(),
+        };
+        let guard = lock
             .lease(Duration::from_secs(10))
             .acquire()
             .await
             .expect("acquires");
         let start = monotonic_ns();
         let token = guard.fencing_token();
-        let outcome = fenced_increment(&dir.join("counter"), token, target);
+        let outcome = if reading {
+            3
+        } else {
+            fenced_increment(&dir.join("counter"), token, target)
+        };
         let end = monotonic_ns();
         guard.release().await.expect("releases");
         writeln!(log, "{token} {start} {end} {outcome}").expect("in memory");

@@ -1,0 +1,138 @@
+package dlock.interop;
+
+import java.io.ByteArrayOutputStream;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+
+/**
+ * One contender of the live mixed-language test (contract/tests/contention.rs), in Java with
+ * Apache Curator: {@code Contend URL NAME DIR LABEL TARGET [lock|rw]}, as the Rust, Python and
+ * Node workers. It takes Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
+ * {@code rw}, the write lock of an {@code InterProcessReadWriteLock} and every third time its
+ * read lock, on the path a dlock client uses for NAME: {@code /dlock/} + escape(NAME) (+
+ * {@code .rwlock}) under the URL's chroot. The fencing token is the holder's node sequence
+ * number + 1, as dlock computes it. Each write hold does a fenced read-modify-write of
+ * DIR/counter; every hold appends {@code token start_ns end_ns outcome} (0 written, 1 refused
+ * as stale, 2 target reached, 3 a read hold) to DIR/LABEL.log. System.nanoTime reads
+ * CLOCK_MONOTONIC on Linux, the clock the other workers log.
+ */
+public final class Contend {
+    /** dlock's escape of a lock name into one path component (docs/PROTOCOL.md §10). */
+    static String escape(String name) {
+        StringBuilder out = new StringBuilder();
+        for (byte b : name.getBytes(StandardCharsets.UTF_8)) {
+            char c = (char) (b & 0xff);
+            if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_') {
+                out.append(c);
+            } else {
+                out.append(String.format("%%%02X", b & 0xff));
+            }
+        }
+        return out.toString();
+    }
+
+    /** The fencing token of a held node: its 10-digit sequence number + 1. */
+    static long token(String nodePath) {
+        return Long.parseLong(nodePath.substring(nodePath.length() - 10)) + 1;
+    }
+
+    /** InterProcessMutex keeps its node's path to itself (protected). */
+    static final class FencedMutex extends InterProcessMutex {
+        FencedMutex(CuratorFramework client, String path) {
+            super(client, path);
+        }
+
+        long token() {
+            return Contend.token(getLockPath());
+        }
+    }
+
+    static int fencedIncrement(Path counter, long token, long target) throws Exception {
+        long count = 0;
+        long last = 0;
+        if (Files.exists(counter)) {
+            String[] fields = Files.readString(counter).trim().split("\\s+");
+            count = Long.parseLong(fields[0]);
+            last = Long.parseLong(fields[1]);
+        }
+        if (token <= last) {
+            return 1;
+        }
+        if (count >= target) {
+            return 2;
+        }
+        Files.writeString(counter, (count + 1) + " " + token + "\n");
+        return 0;
+    }
+
+    public static void main(String[] args) throws Exception {
+        URI url = URI.create(args[0]);
+        String name = args[1];
+        Path dir = Path.of(args[2]);
+        String label = args[3];
+        long target = Long.parseLong(args[4]);
+        boolean rw = args.length > 5 && args[5].equals("rw");
+        String chroot = url.getPath() == null ? "" : url.getPath();
+        CuratorFramework client = CuratorFrameworkFactory.builder()
+                .connectString(url.getAuthority() + chroot)
+                .retryPolicy(new ExponentialBackoffRetry(100, 3))
+                // dlock refuses a container directory: its sequence would restart at 0.
+                .dontUseContainerParents()
+                .build();
+        client.start();
+        client.blockUntilConnected();
+        String path = "/dlock/" + escape(name);
+        FencedMutex mutex = new FencedMutex(client, path);
+        InterProcessReadWriteLock rwLock = new InterProcessReadWriteLock(client, path + ".rwlock");
+        Path counter = dir.resolve("counter");
+        Files.writeString(dir.resolve(label + ".ready"), "");
+        while (!Files.exists(dir.resolve("go"))) {
+            Thread.sleep(1);
+        }
+        ByteArrayOutputStream log = new ByteArrayOutputStream();
+        int outcome = 0;
+        for (int i = 0; outcome != 2; i++) {
+            long token;
+            long start;
+            int result;
+            if (!rw) {
+                mutex.acquire();
+                token = mutex.token();
+                start = System.nanoTime();
+                result = fencedIncrement(counter, token, target);
+            } else if (i % 3 == 2) {
+                rwLock.readLock().acquire();
+                token = token(rwLock.readLock().getLockPath());
+                start = System.nanoTime();
+                result = 3;
+            } else {
+                rwLock.writeLock().acquire();
+                token = token(rwLock.writeLock().getLockPath());
+                start = System.nanoTime();
+                result = fencedIncrement(counter, token, target);
+            }
+            long end = System.nanoTime();
+            if (!rw) {
+                mutex.release();
+            } else if (result == 3) {
+                rwLock.readLock().release();
+            } else {
+                rwLock.writeLock().release();
+            }
+            if (result != 3) {
+                outcome = result;
+            }
+            log.writeBytes((token + " " + start + " " + end + " " + result + "\n").getBytes(StandardCharsets.UTF_8));
+        }
+        Files.write(dir.resolve(label + ".log"), log.toByteArray());
+        client.close();
+    }
+}
