@@ -378,16 +378,28 @@ fn four_runtimes_share_one_lock_on_postgres_then_on_mariadb() {
 
 /// Curator on ZooKeeper: Java workers with `InterProcessMutex`, then with
 /// `InterProcessReadWriteLock`, on the paths dlock uses, beside dlock's Rust, Python and Node
-/// workers. Prints the hand-off between the two sides.
+/// workers; then the lock again with digest credentials. Prints the hand-off between the two
+/// sides.
 #[test]
 #[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
 fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
     let zk = ZkEnsemble::start(1);
     let dlock = &WITH_JAVA[..3];
-    for (mode, target) in [(Mode::Lock, 1_000), (Mode::Rw, 600)] {
+    // Last, with digest credentials under a chroot that a dlock client creates first (with
+    // nodes only their creator may read): Curator authenticates as the same user.
+    let secure = format!("zk://alice:secret@{}/secure", zk.hosts());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        dlock::Client::builder(&secure).connect().await.unwrap();
+    });
+    for (what, url, mode, target) in [
+        ("lock", zk.url(), Mode::Lock, 1_000),
+        ("rw-lock", zk.url(), Mode::Rw, 600),
+        ("lock with credentials", secure, Mode::Lock, 300),
+    ] {
         let started = Instant::now();
-        let run = contend_with(&zk.url(), target, &WITH_JAVA, mode);
-        println!("{}", run.summary(&format!("curator {mode:?}"), started));
+        let run = contend_with(&url, target, &WITH_JAVA, mode);
+        println!("{}", run.summary(&format!("curator {what}"), started));
         println!(
             "  hand-off p50: Curator -> dlock {}, dlock -> Curator {}, dlock -> dlock {}, Curator -> Curator {}",
             median(&run.hand_offs(&["java"], dlock)),

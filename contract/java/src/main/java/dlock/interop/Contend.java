@@ -5,17 +5,22 @@ import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.List;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
 
 /**
  * One contender of the live mixed-language test (contract/tests/contention.rs), in Java with
  * Apache Curator: {@code Contend URL NAME DIR LABEL TARGET [lock|rw]}, as the Rust, Python and
- * Node workers. It takes Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
+ * Node workers. With {@code zk://user:password@…} it authenticates as dlock does (digest) and
+ * creates its nodes for their creator only. It takes Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
  * {@code rw}, the write lock of an {@code InterProcessReadWriteLock} and every third time its
  * read lock, on the path a dlock client uses for NAME: {@code /dlock/} + escape(NAME) (+
  * {@code .rwlock}) under the URL's chroot. The fencing token is the holder's node sequence
@@ -81,12 +86,27 @@ public final class Contend {
         long target = Long.parseLong(args[4]);
         boolean rw = args.length > 5 && args[5].equals("rw");
         String chroot = url.getPath() == null ? "" : url.getPath();
-        CuratorFramework client = CuratorFrameworkFactory.builder()
-                .connectString(url.getAuthority() + chroot)
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
+                .connectString(url.getHost() + ":" + url.getPort() + chroot)
                 .retryPolicy(new ExponentialBackoffRetry(100, 3))
-                // dlock refuses a container directory: its sequence would restart at 0.
-                .dontUseContainerParents()
-                .build();
+                // No container directories, which ZooKeeper deletes once empty (dlock pins
+                // every directory it uses; this keeps Curator's own tokens growing too).
+                .dontUseContainerParents();
+        if (url.getUserInfo() != null) {
+            // As a dlock client with zk://user:password@…: digest credentials, and nodes
+            // only their creator may read and change.
+            builder.authorization("digest", url.getUserInfo().getBytes(StandardCharsets.UTF_8))
+                    .aclProvider(new ACLProvider() {
+                        public List<ACL> getDefaultAcl() {
+                            return ZooDefs.Ids.CREATOR_ALL_ACL;
+                        }
+
+                        public List<ACL> getAclForPath(String path) {
+                            return ZooDefs.Ids.CREATOR_ALL_ACL;
+                        }
+                    });
+        }
+        CuratorFramework client = builder.build();
         client.start();
         client.blockUntilConnected();
         String path = "/dlock/" + escape(name);
