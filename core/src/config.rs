@@ -10,6 +10,9 @@ use crate::sql::SqlSettings;
 pub enum Protocol {
     /// One Redis server (or a `memory://` reference store): [`crate::redis`].
     Redis,
+    /// One Redis server, each lock laid out as Redisson's `RLock` lays it out, so that dlock
+    /// and Redisson clients exclude each other: [`crate::redisson`].
+    Redisson,
     /// A ZooKeeper ensemble: [`crate::zk`].
     ZooKeeper(ZkSettings),
     /// Redlock over this many independent Redis servers: [`crate::redlock`]. Requests name

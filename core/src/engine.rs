@@ -6,13 +6,14 @@ use crate::error::Error;
 use crate::lock::Machine;
 use crate::multi::{Multis, ToMachine};
 use crate::redis::machine::{Lua, Redis};
+use crate::redisson::machine::Redisson;
 use crate::redlock::machine::Redlock;
 use crate::sql::SqlSettings;
 use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
 use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
 use crate::zk::machine::Zk;
-use crate::{redis, sql, zk};
+use crate::{redis, redisson, sql, zk};
 
 impl Protocol {
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
@@ -21,6 +22,7 @@ impl Protocol {
         crate::check_name(name)?;
         Ok(match self {
             Protocol::Redis => vec![Op::Redis(redis::status(&redis::LockKeys::new(name)))],
+            Protocol::Redisson => vec![Op::Redis(redisson::status(&redisson::Keys::new(name)))],
             Protocol::ZooKeeper(zk) => vec![Op::Zk(zk::ZkOp::Children {
                 path: zk::lock_dir(&zk.root, name),
             })],
@@ -43,6 +45,7 @@ impl Protocol {
     /// The status from the reply to one of [`Protocol::status_requests`].
     pub fn parse_status(&self, reply: Reply) -> Result<LockStatus, Error> {
         match unpack(reply, "status", Ok)? {
+            Response::Redis(value) if *self == Protocol::Redisson => redisson::parse_status(&value),
             Response::Redis(value) if !matches!(self, Protocol::ZooKeeper(_)) => {
                 redis::parse_status(&value)
             }
@@ -57,6 +60,7 @@ impl Protocol {
 #[derive(Clone, Debug)]
 enum Inner {
     Redis(Machine<Redis>),
+    Redisson(Machine<Redisson>),
     Zk(Machine<Zk>),
     Redlock(Machine<Redlock>),
     Sql(Machine<Redis<SqlSettings>>),
@@ -81,6 +85,7 @@ macro_rules! with_machine {
     ($engine:expr, $m:ident => $body:expr) => {
         match &$engine.inner {
             Inner::Redis($m) => $body,
+            Inner::Redisson($m) => $body,
             Inner::Zk($m) => $body,
             Inner::Redlock($m) => $body,
             Inner::Sql($m) => $body,
@@ -89,6 +94,7 @@ macro_rules! with_machine {
     (mut $engine:expr, $m:ident => $body:expr) => {
         match &mut $engine.inner {
             Inner::Redis($m) => $body,
+            Inner::Redisson($m) => $body,
             Inner::Zk($m) => $body,
             Inner::Redlock($m) => $body,
             Inner::Sql($m) => $body,
@@ -102,6 +108,7 @@ impl Engine {
     pub fn new(config: Config, now: Instant) -> Result<Self, Error> {
         let inner = match &config.protocol {
             Protocol::Redis => Inner::Redis(Redis::machine(&config, Lua, now)?),
+            Protocol::Redisson => Inner::Redisson(Redisson::machine(&config, now)?),
             Protocol::Sql(settings) => {
                 settings.check()?;
                 let config = Config {

@@ -85,6 +85,7 @@ pub mod multi;
 mod owner;
 pub mod plant;
 pub mod redis;
+pub mod redisson;
 pub mod redlock;
 pub mod sql;
 mod status;

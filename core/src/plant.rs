@@ -38,6 +38,9 @@ pub enum Plant {
     ZkReadersIgnoreWriters,
     /// A ZooKeeper lock directory is used without its persistent pin child.
     ZkNoPin,
+    /// The reference Redis's REDISSON-ACQUIRE resets the TTL of a lock its field holds
+    /// already (Redisson's own reentry does) instead of only stretching it.
+    RedissonReacquireShrinks,
     /// Redlock's token is the smallest counter of the granting majority, not the largest.
     RedlockSmallestCounter,
     /// The reference Redis grants a write hold beside live readers.
@@ -52,7 +55,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug, in the order `just plants` runs them.
-    pub const ALL: [Plant; 19] = [
+    pub const ALL: [Plant; 20] = [
         Plant::ValidityFromReply,
         Plant::RenewalFromReply,
         Plant::ZkValidityFromReply,
@@ -67,6 +70,7 @@ impl Plant {
         Plant::ZkLongValidity,
         Plant::ZkReadersIgnoreWriters,
         Plant::ZkNoPin,
+        Plant::RedissonReacquireShrinks,
         Plant::RedlockSmallestCounter,
         Plant::WriteBesideReaders,
         Plant::DowngradeForAnyone,
@@ -91,6 +95,7 @@ impl Plant {
             Plant::ZkLongValidity => "zk-long-validity",
             Plant::ZkReadersIgnoreWriters => "zk-readers-ignore-writers",
             Plant::ZkNoPin => "zk-no-pin",
+            Plant::RedissonReacquireShrinks => "redisson-reacquire-shrinks",
             Plant::RedlockSmallestCounter => "redlock-smallest-counter",
             Plant::WriteBesideReaders => "write-beside-readers",
             Plant::DowngradeForAnyone => "downgrade-for-anyone",

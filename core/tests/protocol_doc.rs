@@ -20,8 +20,8 @@ fn protocol_doc_quotes_every_script_verbatim() {
         quoted += 1;
     }
     assert_eq!(
-        quoted, 18,
-        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, the fenced write and the ACL probe"
+        quoted, 22,
+        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, the fenced write, the ACL probe and the four Redisson-compatible scripts"
     );
     let version = format!(
         "# dlock protocol, version {}",

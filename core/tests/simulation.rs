@@ -1,7 +1,9 @@
 //! Deterministic simulation of many engines contending through a faulty network for locks on
 //! the reference Redis, on Redlock over 3 or 5 reference Redis nodes (every fourth seed), on
 //! the reference SQL database (`dlock_core::sql::reference`, every eighth seed: PostgreSQL
-//! with NOTIFY or MySQL with waiters that look again; locks and multi-locks), or on the
+//! with NOTIFY or MySQL with waiters that look again; locks and multi-locks), on the reference
+//! Redis with locks laid out as Redisson's (`Protocol::Redisson`, every sixteenth seed: locks
+//! and multi-locks, waiters woken on the lock's channel or by its TTL), or on the
 //! reference ZooKeeper (every other seed; half of those start with the lock directories as
 //! the container nodes Curator makes, which the reference server deletes as soon as they are
 //! empty).
@@ -283,7 +285,10 @@ struct World {
     redlock: Option<Vec<RedlockNode>>,
     /// SQL worlds: the database (PostgreSQL or MySQL), in place of the Redis store.
     sql: Option<(SqlStore, SqlSettings)>,
-    subscribers: BTreeMap<String, (usize, u32)>,
+    /// Redisson-compatible worlds (`Protocol::Redisson`): locks and multi-locks only, no
+    /// lock-delay, waiters woken on the lock's channel, which every waiter of it hears.
+    redisson: bool,
+    subscribers: BTreeMap<String, BTreeMap<usize, u32>>,
     /// ZooKeeper worlds: the server, its session timeout, and when it last heard from each
     /// session.
     zk: Option<(ZkStore, u64)>,
@@ -347,6 +352,7 @@ struct Stats {
     zk_seeds: u64,
     redlock_seeds: u64,
     sql_seeds: u64,
+    redisson_seeds: u64,
     node_crashes: u64,
     redis_restarts: u64,
     expiries: u64,
@@ -383,6 +389,7 @@ impl World {
             next_msg: 0,
             store: Store::new(),
             redlock: None,
+            redisson: false,
             sql: None,
             subscribers: BTreeMap::new(),
             zk: None,
@@ -469,8 +476,11 @@ impl World {
             // lease): a storm of 1.5 s delays stops every contender alike, for good.
             world.slow_pm = world.slow_pm.min(100);
         } else {
-            // One Redis: every other such world restarts it now and then.
+            // One Redis: every other such world restarts it now and then. One world in
+            // sixteen lays its locks out as Redisson does.
             world.restarts = world.rng.chance(500);
+            world.redisson = seed % 16 == 15;
+            world.stats.redisson_seeds = u64::from(world.redisson);
         }
         for c in 0..n {
             world.start_client(c);
@@ -539,6 +549,10 @@ impl World {
         config.max_batch = *self.rng.pick(&[1, 2, 100]);
         if self.zk.is_none() {
             config.lock_delay = Duration::from_millis(*self.rng.pick(&[0, 0, 100, 1000]));
+        }
+        if self.redisson {
+            config.protocol = Protocol::Redisson;
+            config.lock_delay = Duration::ZERO;
         }
         self.clients[c].lock_delay = config.lock_delay;
         if let Some(nodes) = &self.redlock {
@@ -1172,7 +1186,10 @@ impl World {
     /// it was handed to — that died is free again within that bound (SAFETY.md, liveness).
     fn check_lock_ttls(&mut self, now_ms: u64) {
         for name in NAMES {
-            let key = LockKeys::new(name).lock;
+            let key = match self.redisson {
+                true => dlock_core::redisson::Keys::new(name).lock,
+                false => LockKeys::new(name).lock,
+            };
             let ttl = self.store.pttl_at(now_ms, &key);
             if ttl == -1 || ttl > LONGEST_LEASE_MS + LONGEST_LOCK_DELAY_MS {
                 self.fail(format!(
@@ -1381,7 +1398,7 @@ impl World {
                 .rng
                 .chance(100)
                 .then(|| Duration::from_millis(self.rng.range(50, 2000)));
-            if (40..50).contains(&roll) && self.redlock.is_none() {
+            if (40..50).contains(&roll) && self.redlock.is_none() && !self.redisson {
                 // A read or write hold of a read-write lock (not Redlock), never an upgrade: an
                 // owner that holds or waits for a read hold does not ask to write.
                 let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
@@ -1423,7 +1440,7 @@ impl World {
                     })
                 });
             }
-            if (50..60).contains(&roll) && self.redlock.is_none() {
+            if (50..60).contains(&roll) && self.redlock.is_none() && !self.redisson {
                 // A permit of a semaphore (not Redlock).
                 let (name, permits) = *self.rng.pick(&SEMAPHORES);
                 let fair = self.zk.is_some() || !self.rng.chance(333);
@@ -1515,7 +1532,10 @@ impl World {
         }
         let reply = match op {
             RedisOp::Subscribe { channel } => {
-                self.subscribers.insert(channel, (c, incarnation));
+                self.subscribers
+                    .entry(channel)
+                    .or_default()
+                    .insert(c, incarnation);
                 Ok(Value::Status("OK".into()))
             }
             RedisOp::Eval { script, keys, args } => {
@@ -1555,7 +1575,13 @@ impl World {
     /// on) their channel.
     fn publish(&mut self, messages: Vec<(String, Vec<u8>)>) {
         for (channel, payload) in messages {
-            if let Some(&(to, inc)) = self.subscribers.get(&channel) {
+            let listeners: Vec<(usize, u32)> = self
+                .subscribers
+                .get(&channel)
+                .map(|s| s.iter().map(|(c, i)| (*c, *i)).collect())
+                .unwrap_or_default();
+            for (to, inc) in listeners {
+                let (channel, payload) = (channel.clone(), payload.clone());
                 let input = Input::Notice(Notice::Message { channel, payload });
                 self.send(Msg::ToClient {
                     client: to,
@@ -1574,7 +1600,10 @@ impl World {
         };
         let reply = match op {
             SqlOp::Listen { channel } => {
-                self.subscribers.insert(channel, (c, incarnation));
+                self.subscribers
+                    .entry(channel)
+                    .or_default()
+                    .insert(c, incarnation);
                 Vec::new()
             }
             query => {
@@ -2055,6 +2084,7 @@ impl std::ops::AddAssign for Stats {
         self.zk_seeds += s.zk_seeds;
         self.redlock_seeds += s.redlock_seeds;
         self.sql_seeds += s.sql_seeds;
+        self.redisson_seeds += s.redisson_seeds;
         self.node_crashes += s.node_crashes;
         self.redis_restarts += s.redis_restarts;
         self.expiries += s.expiries;
@@ -2120,13 +2150,14 @@ fn simulation() {
     };
     let total = run_seeds(&seeds, trace).unwrap_or_else(|violation| panic!("{violation}"));
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock, {} on SQL), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} Redis restarts, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock, {} on SQL, {} Redisson-compatible), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} Redis restarts, {} broken connections, {} expired sessions, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
         total.zk_seeds,
         total.redlock_seeds,
         total.sql_seeds,
+        total.redisson_seeds,
         total.steps,
         total.acquired,
         total.multi,

@@ -224,6 +224,7 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
     if !p.is_absent() {
         config.protocol = match p.kind()? {
             "redis" => Protocol::Redis,
+            "redisson" => Protocol::Redisson,
             "zookeeper" => {
                 let mut zk = ZkSettings::new(p.get("session_timeout_ms").ms()?);
                 let root = p.get("root");
@@ -269,6 +270,7 @@ pub fn config_from_json(value: &Json) -> Result<Config> {
 pub fn config_to_json(config: &Config) -> Json {
     let protocol = match &config.protocol {
         Protocol::Redis => json!({ "type": "redis" }),
+        Protocol::Redisson => json!({ "type": "redisson" }),
         Protocol::ZooKeeper(zk) => json!({
             "type": "zookeeper",
             "root": zk.root,

@@ -179,6 +179,7 @@ macro_rules! conversions {
             $crate::__units!(CoreScript => Script {
                 Acquire, Release, Dequeue, Extend, Status, Raise, PermitAcquire, PermitRelease,
                 PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
+                RedissonAcquire, RedissonRelease, RedissonExtend, RedissonStatus,
             });
             $crate::__units!(CoreStatement => Statement {
                 Acquire, Release, Dequeue, Extend, Status, PermitAcquire, PermitRelease,
@@ -197,6 +198,7 @@ macro_rules! conversions {
             });
             $crate::__table!(core_::Protocol => Protocol {
                 [] (core_::Protocol::Redis) <=> (Protocol::Redis),
+                [] (core_::Protocol::Redisson) <=> (Protocol::Redisson),
                 [z] (core_::Protocol::ZooKeeper(z)) <=> (Protocol::Zookeeper(z)),
                 [nodes] (core_::Protocol::Redlock { nodes }) <=> (Protocol::Redlock(nodes)),
                 [s] (core_::Protocol::Sql(s)) <=> (Protocol::Sql(s)),

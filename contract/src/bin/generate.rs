@@ -7,7 +7,7 @@
 //! reference server at once unless the scenario takes them over to answer by hand (lost,
 //! late, failed or malformed replies).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -56,6 +56,8 @@ struct Bed {
     manual: bool,
     held: Vec<Request>,
     events: Vec<Event>,
+    /// The pub/sub channels each engine subscribed to (Redis).
+    subscribed: Vec<BTreeSet<String>>,
 }
 
 fn config(id: u128, protocol: &Protocol) -> Config {
@@ -91,7 +93,7 @@ impl Bed {
         let mut configs = vec![subject.clone()];
         configs.extend((0..ghosts).map(|g| config(2 + g as u128, &subject.protocol)));
         let server = match subject.protocol {
-            Protocol::Redis => Server::Redis(RedisStore::new()),
+            Protocol::Redis | Protocol::Redisson => Server::Redis(RedisStore::new()),
             Protocol::Redlock { nodes } => {
                 Server::Redlock((0..nodes).map(|_| RedisStore::new()).collect())
             }
@@ -119,6 +121,7 @@ impl Bed {
             manual: false,
             held: Vec::new(),
             events: Vec::new(),
+            subscribed: vec![BTreeSet::new(); configs.len()],
         };
         bed.step(None);
         bed.settle();
@@ -165,19 +168,19 @@ impl Bed {
         let now_ms = self.now.as_nanos() / MS;
         let mut notices = Vec::new();
         let reply: Reply = match (&mut self.server, op) {
-            (Server::Redis(_), Op::Redis(RedisOp::Subscribe { .. })) => {
+            (Server::Redis(_), Op::Redis(RedisOp::Subscribe { channel })) => {
+                self.subscribed[who].insert(channel);
                 Ok(Response::Redis(Value::Status("OK".into())))
             }
             (Server::Redis(store), Op::Redis(RedisOp::Eval { script, keys, args })) => {
                 match store.eval(now_ms, script, &keys, &args) {
                     Ok(outcome) => {
                         for (channel, payload) in outcome.published {
-                            if let Some(to) = self
-                                .engines
-                                .iter()
-                                .position(|e| e.wake_channel() == channel)
-                            {
-                                notices.push((to, Notice::Message { channel, payload }));
+                            for (to, subscribed) in self.subscribed.iter().enumerate() {
+                                if subscribed.contains(&channel) {
+                                    let (channel, payload) = (channel.clone(), payload.clone());
+                                    notices.push((to, Notice::Message { channel, payload }));
+                                }
                             }
                         }
                         Ok(Response::Redis(outcome.reply))
@@ -389,6 +392,24 @@ impl Bed {
         self
     }
 
+    /// A Redisson client (another process) takes lock `name` for `lease_ms` with Redisson's
+    /// own field, and is never heard of again.
+    fn redisson_holder(&mut self, name: &str, lease_ms: u64) -> &mut Self {
+        let Server::Redis(store) = &mut self.server else {
+            panic!("not Redis")
+        };
+        let RedisOp::Eval { script, keys, args } = dlock_core::redisson::acquire(
+            &dlock_core::redisson::Keys::new(name),
+            "4f0e5b1c-7a2d-4e9b-9c3f-1d2e3f4a5b6c:1",
+            Duration::from_millis(lease_ms),
+        ) else {
+            unreachable!("a script")
+        };
+        let now_ms = self.now.as_nanos() / MS;
+        store.eval(now_ms, script, &keys, &args).expect("acquired");
+        self
+    }
+
     /// Restarts the Redis server without persistence: every key is gone.
     fn wipe_redis(&mut self) -> &mut Self {
         self.server = Server::Redis(RedisStore::new());
@@ -462,6 +483,65 @@ fn unavailable() -> Reply {
     Err(TransportError::Unavailable(
         "connection reset by peer".into(),
     ))
+}
+
+/// The Redisson-compatible lock (`Protocol::Redisson`, PROTOCOL.md §19).
+fn redisson_only() -> Vec<Json> {
+    let mut out = Vec::new();
+    let bed = |name, about, ghosts| Bed::new(name, about, Protocol::Redisson, ghosts);
+
+    let mut b = bed(
+        "redisson-acquire-release",
+        "REDISSON-ACQUIRE takes a free lock: the raw name becomes a hash of one field <client id>:<tenure> with the lease as its TTL, and the token comes from redisson_lock_token:{name}. A reentry is counted by the engine, with no request. The final REDISSON-RELEASE deletes the hash and publishes 0 on redisson_lock__channel:{name}.",
+        0,
+    );
+    b.command(try_lock(1, "orders/42"));
+    let h = b.hold(1);
+    b.command(try_lock(2, "orders/42"))
+        .command(release(3, h))
+        .command(release(4, h));
+    out.push(b.finish());
+
+    let mut b = bed(
+        "redisson-waiter-woken",
+        "A held lock answers with its TTL: a try-acquire ends Busy; a waiter subscribes to the lock's channel, tries again once subscribed, and waits for the channel or the TTL. The holder's release publishes 0 and the waiter takes the lock.",
+        1,
+    );
+    b.ghost(1, try_lock(1, "jobs"))
+        .command(try_lock(1, "jobs"))
+        .command(wait_lock(2, "jobs"))
+        .ghost(1, release(2, HoldId(1)));
+    out.push(b.finish());
+
+    let mut b = bed(
+        "redisson-holder-lapses",
+        "A Redisson holder (field 4f0e5b1c-…:1, lease 2 s) that dies publishes nothing: the waiter tries again when the holder's TTL has run out (at the latest after one waiter lease), and takes the lock.",
+        0,
+    );
+    b.redisson_holder("jobs", 2_000)
+        .command(wait_lock(1, "jobs"))
+        .advance(2_100);
+    out.push(b.finish());
+
+    let mut b = bed(
+        "redisson-watchdog",
+        "The watchdog renews a hold every third of its lease with REDISSON-EXTEND (its TTL never shrinks); a renewal the server refuses (the hash no longer has our field) loses the lock.",
+        0,
+    );
+    b.command(acquire(1, "jobs", 1, 3_000, Wait::No))
+        .advance(1_000);
+    b.wipe_redis().advance(1_000);
+    out.push(b.finish());
+
+    let mut b = bed(
+        "redisson-refuses",
+        "Only locks: a semaphore and a read-write lock are refused before anything is sent.",
+        0,
+    );
+    b.command(permit(1, "pool", 2, Wait::No))
+        .command(rw(2, "doc", 1, false, Wait::No));
+    out.push(b.finish());
+    out
 }
 
 /// The scenarios that apply to either backend, with the protocol as a parameter.
@@ -1257,6 +1337,7 @@ fn main() {
         .map_or_else(dlock_contract::dir, PathBuf::from);
     let mut vectors = common("redis", &Protocol::Redis);
     vectors.extend(redis_only());
+    vectors.extend(redisson_only());
     vectors.extend(common("zookeeper", &zookeeper()));
     vectors.extend(zk_only());
     vectors.extend(redlock_only());

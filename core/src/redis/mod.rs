@@ -49,10 +49,16 @@ pub enum Script {
     /// Sent once when a client connects: the commands the scripts run that the Redis user may
     /// not ([`acl_probe`]).
     AclProbe,
+    /// The Redisson-compatible lock ([`crate::redisson`]): acquire, final release, batched
+    /// renewal and status of a lock laid out as Redisson's `RLock` lays it out.
+    RedissonAcquire,
+    RedissonRelease,
+    RedissonExtend,
+    RedissonStatus,
 }
 
 impl Script {
-    pub const ALL: [Script; 14] = [
+    pub const ALL: [Script; 18] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
@@ -67,7 +73,23 @@ impl Script {
         Script::RwDequeue,
         Script::FencedWrite,
         Script::AclProbe,
+        Script::RedissonAcquire,
+        Script::RedissonRelease,
+        Script::RedissonExtend,
+        Script::RedissonStatus,
     ];
+
+    /// Whether it is one of the Redisson-compatible lock's scripts, which work on Redisson's
+    /// keys rather than dlock's ([`crate::redisson::SCRIPT_COMMANDS`]).
+    pub fn redisson(self) -> bool {
+        matches!(
+            self,
+            Script::RedissonAcquire
+                | Script::RedissonRelease
+                | Script::RedissonExtend
+                | Script::RedissonStatus
+        )
+    }
 
     /// The script's name in docs, vectors and logs.
     pub fn name(self) -> &'static str {
@@ -86,6 +108,10 @@ impl Script {
             Script::RwDequeue => "rw-dequeue",
             Script::FencedWrite => "fenced-write",
             Script::AclProbe => "acl-probe",
+            Script::RedissonAcquire => "redisson-acquire",
+            Script::RedissonRelease => "redisson-release",
+            Script::RedissonExtend => "redisson-extend",
+            Script::RedissonStatus => "redisson-status",
         }
     }
 
@@ -101,6 +127,10 @@ impl Script {
             Script::Extend => (&[][..], include_str!("lua/extend.lua")),
             Script::Status => (&[][..], include_str!("lua/status.lua")),
             Script::Raise => (&[][..], include_str!("lua/raise.lua")),
+            Script::RedissonAcquire => (&[][..], include_str!("lua/redisson_acquire.lua")),
+            Script::RedissonRelease => (&[][..], include_str!("lua/redisson_release.lua")),
+            Script::RedissonExtend => (&[][..], include_str!("lua/redisson_extend.lua")),
+            Script::RedissonStatus => (&[][..], include_str!("lua/redisson_status.lua")),
             Script::PermitAcquire => (
                 &[HOLDERS, PERMITS][..],
                 include_str!("lua/permit_acquire.lua"),
@@ -832,23 +862,36 @@ pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{SCRIPT_COMMANDS, Script};
+    use super::{PRELUDE, SCRIPT_COMMANDS, Script};
 
+    /// Each family's list of commands is exactly what its scripts call (the prelude's
+    /// helpers count only where a script calls them).
     #[test]
     fn script_commands_are_exactly_what_the_scripts_call() {
-        let mut called = std::collections::BTreeSet::new();
-        for script in Script::ALL {
-            let source = script.source();
-            for call in source.split("redis.call(").skip(1) {
-                let name = call.strip_prefix('\'').and_then(|c| c.split_once('\''));
-                let (name, _) = name
-                    .unwrap_or_else(|| panic!("{script:?} calls a command it names at run time"));
-                called.insert(name.to_lowercase());
+        for (redisson, listed) in [
+            (false, SCRIPT_COMMANDS),
+            (true, crate::redisson::SCRIPT_COMMANDS),
+        ] {
+            let mut called = std::collections::BTreeSet::new();
+            for script in Script::ALL.into_iter().filter(|s| s.redisson() == redisson) {
+                let source = script.source();
+                let body = match redisson {
+                    // The prelude's helpers that the Redisson scripts use.
+                    true => source.replace(PRELUDE, "redis.call('TIME') redis.call('INCR') redis.call('SET') redis.call('PTTL') redis.call('PEXPIRE')"),
+                    false => source,
+                };
+                for call in body.split("redis.call(").skip(1) {
+                    let name = call.strip_prefix('\'').and_then(|c| c.split_once('\''));
+                    let (name, _) = name.unwrap_or_else(|| {
+                        panic!("{script:?} calls a command it names at run time")
+                    });
+                    called.insert(name.to_lowercase());
+                }
+                assert!(!body.contains("redis.pcall("), "{script:?}");
             }
-            assert!(!source.contains("redis.pcall("), "{script:?}");
+            let listed: std::collections::BTreeSet<String> =
+                listed.iter().map(|c| c.to_string()).collect();
+            assert_eq!(called, listed, "redisson: {redisson}");
         }
-        let listed: std::collections::BTreeSet<String> =
-            SCRIPT_COMMANDS.iter().map(|c| c.to_string()).collect();
-        assert_eq!(called, listed);
     }
 }

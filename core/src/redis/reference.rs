@@ -94,6 +94,10 @@ impl Store {
             Script::FencedWrite => self.fenced_write(keys, args),
             // The reference store has no users: every command is allowed.
             Script::AclProbe => Ok(Value::Array(Vec::new())),
+            Script::RedissonAcquire => self.redisson_acquire(keys, args),
+            Script::RedissonRelease => self.redisson_release(keys, args),
+            Script::RedissonExtend => self.redisson_extend(keys, args),
+            Script::RedissonStatus => self.redisson_status(keys),
         }?;
         Ok(Outcome {
             reply,
@@ -738,6 +742,72 @@ impl Store {
         Ok(Value::Int(1))
     }
 
+    // --- The Redisson-compatible lock (lua/redisson_*.lua) ---
+
+    fn redisson_acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence] = keys_n::<2>(keys)?;
+        let [field, lease] = args_n::<2>(args)?;
+        if self.live(lock).is_none() {
+            self.hset(lock, &[(field, "1".to_owned())])?;
+            self.pexpire(lock, int(lease)?);
+            let token = self.next_token(fence, self.now)?;
+            return Ok(ints(&[1, token]));
+        }
+        if self.hget(lock, field)?.is_some() {
+            if plant::on(Plant::RedissonReacquireShrinks) {
+                self.pexpire(lock, int(lease)?);
+            }
+            self.stretch(lock, int(lease)?);
+            let token = self.next_token(fence, self.now)?;
+            return Ok(ints(&[1, token]));
+        }
+        Ok(ints(&[0, self.pttl(lock)]))
+    }
+
+    fn redisson_release(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock] = keys_n::<1>(keys)?;
+        let [field, channel] = args_n::<2>(args)?;
+        if self.hget(lock, field)?.is_none() {
+            return Ok(Value::Int(0));
+        }
+        self.del(lock);
+        self.published.push((channel.clone(), b"0".to_vec()));
+        Ok(Value::Int(1))
+    }
+
+    fn redisson_extend(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        if args.len() != 2 * keys.len() {
+            return Err("ERR redisson-extend takes a field and a lease per key".into());
+        }
+        let mut result = Vec::with_capacity(keys.len());
+        for (lock, pair) in keys.iter().zip(args.chunks(2)) {
+            if self.hget(lock, &pair[0])?.is_some() {
+                self.stretch(lock, int(&pair[1])?);
+                result.push(Value::Int(1));
+            } else {
+                result.push(Value::Int(0));
+            }
+        }
+        Ok(Value::Array(result))
+    }
+
+    fn redisson_status(&mut self, keys: &[String]) -> Result<Value, String> {
+        let [lock, fence] = keys_n::<2>(keys)?;
+        let mut reply: Vec<Value> = match self.live(lock).map(|e| &e.data) {
+            None => Vec::new(),
+            Some(Data::Hash(h)) => h
+                .iter()
+                .flat_map(|(f, v)| [f.clone(), v.clone()])
+                .map(|s| Value::Data(s.into_bytes()))
+                .collect(),
+            Some(_) => return Err(WRONGTYPE.into()),
+        };
+        reply.push(Value::Int(self.pttl(lock)));
+        let latest = self.get(fence)?.map(|s| int(&s)).transpose()?;
+        reply.push(Value::Int(latest.unwrap_or(0)));
+        Ok(Value::Array(reply))
+    }
+
     fn next_token(&mut self, fence: &str, now: u64) -> Result<i64, String> {
         let token = self.incr(fence)?;
         let floor = i64::try_from(now).map_or(i64::MAX, |ms| ms.saturating_mul(1000));
@@ -1054,6 +1124,15 @@ fn four(keys: &[String]) -> Result<[&String; 4], String> {
         [a, b, c, d] => Ok([a, b, c, d]),
         _ => Err(format!("ERR expected 4 keys, got {}", keys.len())),
     }
+}
+
+fn keys_n<const N: usize>(keys: &[String]) -> Result<[&String; N], String> {
+    let keys: [&String; N] = keys
+        .iter()
+        .collect::<Vec<_>>()
+        .try_into()
+        .map_err(|_| format!("ERR the script takes {N} keys"))?;
+    Ok(keys)
 }
 
 fn args_n<const N: usize>(args: &[String]) -> Result<[&String; N], String> {

@@ -27,6 +27,9 @@ pub(crate) enum Backend {
     /// are verified against the system's roots, or the PEM file named by `SSL_CERT_FILE`);
     /// passed to the redis crate as it is.
     Redis(String),
+    /// `redis://…?compat=redisson` (or `rediss://`): one Redis server, each lock laid out as
+    /// Redisson's `RLock` ([`dlock_core::redisson`]); the URL without that parameter.
+    Redisson(String),
     /// `redis-cluster://[user:password@]host:port[,host:port…]`: the seed nodes of a Redis
     /// Cluster, each as a `redis://` URL.
     RedisCluster(Vec<String>),
@@ -62,8 +65,8 @@ pub struct Scheme {
 pub const BACKENDS: &[Scheme] = &[
     Scheme {
         name: "redis",
-        form: "redis://[user:password@]host:port[/db]",
-        about: "one Redis server",
+        form: "redis://[user:password@]host:port[/db][?compat=redisson]",
+        about: "one Redis server (compat=redisson: each lock as Redisson's RLock, shared with Java services)",
     },
     Scheme {
         name: "rediss",
@@ -145,18 +148,29 @@ impl Backend {
             }
             "redis" | "rediss" => {
                 use ::redis::IntoConnectionInfo;
+                let (url, redisson) = take_compat(url).map_err(|why| bad(why.into()))?;
                 let info = url
+                    .as_str()
                     .into_connection_info()
                     .map_err(|e| bad(format!(": {}", crate::redact(&e.to_string()))))?;
                 if rest.is_empty() || rest.starts_with(['/', ':']) {
                     return Err(bad(" names no host".into()));
                 }
                 drop(info);
-                Ok(Backend::Redis(url.to_owned()))
+                Ok(match redisson {
+                    true => Backend::Redisson(url),
+                    false => Backend::Redis(url),
+                })
             }
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(&shown, rest)?)),
             "postgres" | "postgresql" => Ok(Backend::Postgres(PgUrl::parse(&shown, url)?)),
             "mysql" | "mariadb" => Ok(Backend::Mysql(MyUrl::parse(&shown, url)?)),
+            "redis-cluster" if rest.contains("compat=redisson") => {
+                Err(Error::Unsupported(format!(
+                    "{shown:?}: compat=redisson is for one Redis server: on a cluster Redisson wakes \
+                 its waiters by sharded pub/sub (SPUBLISH), which dlock does not speak yet"
+                )))
+            }
             "redis-cluster" => node_urls(&shown, rest).map(Backend::RedisCluster),
             "redlock" => {
                 let nodes = node_urls(&shown, rest)?;
@@ -186,6 +200,7 @@ impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let shown = match self {
             Backend::Redis(url) => crate::redact(url),
+            Backend::Redisson(url) => format!("{} (compat=redisson)", crate::redact(url)),
             Backend::RedisCluster(nodes) | Backend::Redlock(nodes) => {
                 crate::redact(&nodes.join(" "))
             }
@@ -196,6 +211,29 @@ impl std::fmt::Debug for Backend {
         };
         f.write_str(&shown)
     }
+}
+
+/// `url` without its `compat=redisson` query parameter, and whether it had it. Any other
+/// `compat` value is refused.
+fn take_compat(url: &str) -> Result<(String, bool), &'static str> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), false));
+    };
+    let mut redisson = false;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("compat", "redisson")) => redisson = true,
+            Some(("compat", _)) | None if pair == "compat" || pair.starts_with("compat=") => {
+                return Err(": compat takes one value, redisson");
+            }
+            _ => kept.push(pair),
+        }
+    }
+    Ok(match kept.is_empty() {
+        true => (base.to_owned(), redisson),
+        false => (format!("{base}?{}", kept.join("&")), redisson),
+    })
 }
 
 /// The nodes of `redis-cluster://` or `redlock://[user:password@]host:port[,host:port…]` as
@@ -254,6 +292,10 @@ impl Transport {
             Backend::Redis(url) => (
                 Transport::Redis(redis::RedisTransport::connect(url, inbox).await?),
                 Protocol::Redis,
+            ),
+            Backend::Redisson(url) => (
+                Transport::Redis(redis::RedisTransport::connect(url, inbox).await?),
+                Protocol::Redisson,
             ),
             Backend::RedisCluster(nodes) => (
                 Transport::Redis(redis::RedisTransport::connect_cluster(nodes, inbox).await?),
