@@ -3,7 +3,8 @@
 //! ZooKeeper (one test), and on a real PostgreSQL, then on a real MariaDB (another), until a
 //! shared counter reaches its target; and Java workers on Apache Curator contend with the
 //! Rust, Python and Node workers for a lock (`InterProcessMutex`) and a read-write lock
-//! (`InterProcessReadWriteLock`) on ZooKeeper (a third). Each holder does a fenced
+//! (`InterProcessReadWriteLock`) on ZooKeeper (a third), and Java workers on Redisson
+//! (`RFencedLock`) with them on Redis in `compat=redisson` mode (a fourth). Each holder does a fenced
 //! read-modify-write of the counter in a shared file and logs its tenure; the logs must show
 //! every write counted, fencing tokens strictly increasing in acquisition order, no two
 //! tenures overlapping (on a read-write lock: no write hold beside any other hold, and each
@@ -408,4 +409,25 @@ fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
             median(&run.hand_offs(&["java"], &["java"])),
         );
     }
+}
+
+/// Redisson on Redis: Java workers with `RFencedLock` beside dlock's Rust, Python and Node
+/// workers in `compat=redisson` mode, on one lock name; tokens from the one counter they
+/// share. Prints the hand-off between the two sides.
+#[test]
+#[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
+fn redisson_and_dlock_share_a_lock_on_redis() {
+    let redis = RedisServer::start();
+    let url = format!("{}/?compat=redisson", redis.url());
+    let dlock = &WITH_JAVA[..3];
+    let started = Instant::now();
+    let run = contend_with(&url, 1_000, &WITH_JAVA, Mode::Lock);
+    println!("{}", run.summary("redisson lock", started));
+    println!(
+        "  hand-off p50: Redisson -> dlock {}, dlock -> Redisson {}, dlock -> dlock {}, Redisson -> Redisson {}",
+        median(&run.hand_offs(&["java"], dlock)),
+        median(&run.hand_offs(dlock, &["java"])),
+        median(&run.hand_offs(dlock, dlock)),
+        median(&run.hand_offs(&["java"], &["java"])),
+    );
 }

@@ -15,12 +15,19 @@ import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.data.ACL;
+import org.redisson.Redisson;
+import org.redisson.api.RFencedLock;
+import org.redisson.api.RedissonClient;
+import org.redisson.config.Config;
 
 /**
  * One contender of the live mixed-language test (contract/tests/contention.rs), in Java with
  * Apache Curator: {@code Contend URL NAME DIR LABEL TARGET [lock|rw]}, as the Rust, Python and
- * Node workers. With {@code zk://user:password@…} it authenticates as dlock does (digest) and
- * creates its nodes for their creator only. It takes Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
+ * Node workers. On a {@code redis://…?compat=redisson} URL it takes Redisson's
+ * {@code RFencedLock} on NAME (Redisson's RLock with a fencing token from the counter dlock's
+ * compat mode shares). On {@code zk://} it uses Curator; with {@code zk://user:password@…} it
+ * authenticates as dlock does (digest) and creates its nodes for their creator only. It takes
+ * Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
  * {@code rw}, the write lock of an {@code InterProcessReadWriteLock} and every third time its
  * read lock, on the path a dlock client uses for NAME: {@code /dlock/} + escape(NAME) (+
  * {@code .rwlock}) under the URL's chroot. The fencing token is the holder's node sequence
@@ -78,6 +85,38 @@ public final class Contend {
         return 0;
     }
 
+    /** Waits for DIR/go, as every worker does once it is connected. */
+    static void ready(Path dir, String label) throws Exception {
+        Files.writeString(dir.resolve(label + ".ready"), "");
+        while (!Files.exists(dir.resolve("go"))) {
+            Thread.sleep(1);
+        }
+    }
+
+    static String line(long token, long start, long end, int outcome) {
+        return token + " " + start + " " + end + " " + outcome + "\n";
+    }
+
+    /** Redisson's RFencedLock on NAME until the counter reaches TARGET. */
+    static void redisson(URI url, String name, Path dir, String label, long target) throws Exception {
+        Config config = new Config();
+        config.useSingleServer().setAddress("redis://" + url.getHost() + ":" + url.getPort());
+        RedissonClient client = Redisson.create(config);
+        RFencedLock lock = client.getFencedLock(name);
+        ready(dir, label);
+        StringBuilder log = new StringBuilder();
+        for (int outcome = 0; outcome != 2; ) {
+            long token = lock.lockAndGetToken();
+            long start = System.nanoTime();
+            outcome = fencedIncrement(dir.resolve("counter"), token, target);
+            long end = System.nanoTime();
+            lock.unlock();
+            log.append(line(token, start, end, outcome));
+        }
+        Files.writeString(dir.resolve(label + ".log"), log);
+        client.shutdown();
+    }
+
     public static void main(String[] args) throws Exception {
         URI url = URI.create(args[0]);
         String name = args[1];
@@ -85,6 +124,10 @@ public final class Contend {
         String label = args[3];
         long target = Long.parseLong(args[4]);
         boolean rw = args.length > 5 && args[5].equals("rw");
+        if (url.getScheme().equals("redis")) {
+            redisson(url, name, dir, label, target);
+            return;
+        }
         String chroot = url.getPath() == null ? "" : url.getPath();
         CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
                 .connectString(url.getHost() + ":" + url.getPort() + chroot)
@@ -113,10 +156,7 @@ public final class Contend {
         FencedMutex mutex = new FencedMutex(client, path);
         InterProcessReadWriteLock rwLock = new InterProcessReadWriteLock(client, path + ".rwlock");
         Path counter = dir.resolve("counter");
-        Files.writeString(dir.resolve(label + ".ready"), "");
-        while (!Files.exists(dir.resolve("go"))) {
-            Thread.sleep(1);
-        }
+        ready(dir, label);
         ByteArrayOutputStream log = new ByteArrayOutputStream();
         int outcome = 0;
         for (int i = 0; outcome != 2; i++) {
@@ -150,7 +190,7 @@ public final class Contend {
             if (result != 3) {
                 outcome = result;
             }
-            log.writeBytes((token + " " + start + " " + end + " " + result + "\n").getBytes(StandardCharsets.UTF_8));
+            log.writeBytes(line(token, start, end, result).getBytes(StandardCharsets.UTF_8));
         }
         Files.write(dir.resolve(label + ".log"), log.toByteArray());
         client.close();
