@@ -337,6 +337,60 @@ impl<B: Backend> Lifecycle<B> {
         }
     }
 
+    /// The answer to one watchdog request renewing `items` (hold, lease), sent at `sent`:
+    /// whether the server kept each, or why the request failed.
+    pub(crate) fn renewals(
+        &mut self,
+        b: &mut B,
+        items: Vec<(u64, Duration)>,
+        sent: Instant,
+        kept: Result<Vec<bool>, Error>,
+    ) {
+        for (i, (seq, lease)) in items.into_iter().enumerate() {
+            let outcome = match &kept {
+                Ok(kept) if kept[i] => Renewal::Kept,
+                Ok(_) => Renewal::Refused,
+                Err(_) => Renewal::Failed,
+            };
+            self.renewal(b, seq, lease, sent, outcome);
+        }
+    }
+
+    /// The answer to extend `op` of hold `seq` to `lease`, sent at `sent`: whether the server
+    /// kept the hold (its lease is `lease` from now on), or why the request failed.
+    pub(crate) fn extended(
+        &mut self,
+        b: &mut B,
+        seq: u64,
+        op: OpId,
+        (lease, sent): (Duration, Instant),
+        kept: Result<bool, Error>,
+    ) {
+        let hold = HoldId(seq);
+        if self.tenures.held(seq).is_none() {
+            let error = Error::LockLost { hold };
+            return self.finish(Event::Failed { op, error });
+        }
+        match kept {
+            Ok(true) => {
+                if let Some(t) = self.tenures.get_mut(seq) {
+                    t.lease = lease;
+                }
+                self.renewed(seq, sent, lease, false);
+                if let Some(h) = self.tenures.held(seq) {
+                    let valid_until = h.valid_until;
+                    self.finish(Event::Extended {
+                        op,
+                        hold,
+                        valid_until,
+                    });
+                }
+            }
+            Ok(false) => self.refused(b, seq, op),
+            Err(error) => self.finish(Event::Failed { op, error }),
+        }
+    }
+
     /// A held tenure is gone: one [`Event::Lost`], what the server may keep is given back,
     /// and the commands under way on it end.
     pub(crate) fn lose(&mut self, b: &mut B, seq: u64, reason: LostReason) {

@@ -22,7 +22,7 @@ use crate::error::Error;
 use crate::ids::ClientId;
 use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure, Tenures};
-use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
+use crate::lock::{Backend, Lifecycle, Machine, valid_until};
 use crate::owner::{owner_token, token_seq};
 use crate::plant::{self, Plant};
 use crate::redis::{
@@ -536,24 +536,6 @@ impl<W: Wire> Redis<W> {
         }
     }
 
-    fn on_renew(
-        &mut self,
-        life: &mut Life<W>,
-        items: Vec<(u64, Duration)>,
-        sent: Instant,
-        reply: Result<Value, Error>,
-    ) {
-        let flags = reply.and_then(|v| redis::parse_extend(&v, items.len()));
-        for (i, (seq, lease)) in items.into_iter().enumerate() {
-            let outcome = match &flags {
-                Ok(flags) if flags[i] => Renewal::Kept,
-                Ok(_) => Renewal::Refused,
-                Err(_) => Renewal::Failed,
-            };
-            life.renewal(self, seq, lease, sent, outcome);
-        }
-    }
-
     fn on_release(
         &mut self,
         life: &mut Life<W>,
@@ -568,40 +550,6 @@ impl<W: Wire> Redis<W> {
                 life.finish(Event::Released { op, hold, count })
             }
             Ok(ReleaseReply::NotOwner) => life.refused(self, seq, op),
-            Err(error) => life.finish(Event::Failed { op, error }),
-        }
-    }
-
-    fn on_extend(
-        &mut self,
-        life: &mut Life<W>,
-        seq: u64,
-        op: OpId,
-        lease: Duration,
-        sent: Instant,
-        reply: Result<Value, Error>,
-    ) {
-        let hold = HoldId(seq);
-        if life.tenures.held(seq).is_none() {
-            let error = Error::LockLost { hold };
-            return life.finish(Event::Failed { op, error });
-        }
-        match reply.and_then(|v| redis::parse_extend(&v, 1)) {
-            Ok(flags) if flags[0] => {
-                if let Some(t) = life.tenures.get_mut(seq) {
-                    t.lease = lease;
-                }
-                life.renewed(seq, sent, lease, false);
-                if let Some(h) = life.tenures.held(seq) {
-                    let valid_until = h.valid_until;
-                    life.finish(Event::Extended {
-                        op,
-                        hold,
-                        valid_until,
-                    });
-                }
-            }
-            Ok(_) => life.refused(self, seq, op),
             Err(error) => life.finish(Event::Failed { op, error }),
         }
     }
@@ -824,10 +772,16 @@ impl<W: Wire> Backend for Redis<W> {
             }
             Purpose::Renew { items } => {
                 let sent = from_reply(Plant::RenewalFromReply);
-                self.on_renew(life, items, sent, reply)
+                let kept = reply.and_then(|v| redis::parse_extend(&v, items.len()));
+                life.renewals(self, items, sent, kept)
             }
             Purpose::Release { seq, op, count } => self.on_release(life, seq, op, count, reply),
-            Purpose::Extend { seq, op, lease } => self.on_extend(life, seq, op, lease, sent, reply),
+            Purpose::Extend { seq, op, lease } => {
+                let kept = reply
+                    .and_then(|v| redis::parse_extend(&v, 1))
+                    .map(|kept| kept[0]);
+                life.extended(self, seq, op, (lease, sent), kept)
+            }
             Purpose::Cleanup => {}
             Purpose::Subscribe => {
                 if reply.is_err() {

@@ -695,17 +695,22 @@ pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
 
 /// One EXTEND for many locks: `(lock key, owner token, lease)` each.
 pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>) -> RedisOp {
+    per_key(Script::Extend, locks)
+}
+
+/// A batched renewal script (EXTEND, REDISSON-EXTEND): one key per hold, and per hold its
+/// owner (token or field) and lease in ms.
+pub(crate) fn per_key<'a>(
+    script: Script,
+    holds: impl IntoIterator<Item = (&'a str, &'a str, Duration)>,
+) -> RedisOp {
     let (mut keys, mut args) = (Vec::new(), Vec::new());
-    for (key, token, lease) in locks {
+    for (key, owner, lease) in holds {
         keys.push(key.to_owned());
-        args.push(token.to_owned());
+        args.push(owner.to_owned());
         args.push(ms(lease));
     }
-    RedisOp::Eval {
-        script: Script::Extend,
-        keys,
-        args,
-    }
+    RedisOp::Eval { script, keys, args }
 }
 
 /// RAISE (Redlock) on one node: record `fencing_token` as the tenure's token there and raise

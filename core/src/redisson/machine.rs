@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ClientId;
 use crate::lock::tenures::{Held, State, Tenure};
-use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
+use crate::lock::{Backend, Lifecycle, Machine, valid_until};
 use crate::plant::{self, Plant};
 use crate::redis::{RedisOp, Value};
 use crate::redisson::{self, AcquireReply, Keys};
@@ -220,58 +220,6 @@ impl Redisson {
         }
     }
 
-    fn on_renew(
-        &mut self,
-        life: &mut Life,
-        items: Vec<(u64, Duration)>,
-        sent: Instant,
-        reply: Result<Value, Error>,
-    ) {
-        let flags = reply.and_then(|v| redisson::parse_extend(&v, items.len()));
-        for (i, (seq, lease)) in items.into_iter().enumerate() {
-            let outcome = match &flags {
-                Ok(flags) if flags[i] => Renewal::Kept,
-                Ok(_) => Renewal::Refused,
-                Err(_) => Renewal::Failed,
-            };
-            life.renewal(self, seq, lease, sent, outcome);
-        }
-    }
-
-    fn on_extend(
-        &mut self,
-        life: &mut Life,
-        seq: u64,
-        op: OpId,
-        lease: Duration,
-        sent: Instant,
-        reply: Result<Value, Error>,
-    ) {
-        let hold = HoldId(seq);
-        if life.tenures.held(seq).is_none() {
-            let error = Error::LockLost { hold };
-            return life.finish(Event::Failed { op, error });
-        }
-        match reply.and_then(|v| redisson::parse_extend(&v, 1)) {
-            Ok(flags) if flags[0] => {
-                if let Some(t) = life.tenures.get_mut(seq) {
-                    t.lease = lease;
-                }
-                life.renewed(seq, sent, lease, false);
-                if let Some(h) = life.tenures.held(seq) {
-                    let valid_until = h.valid_until;
-                    life.finish(Event::Extended {
-                        op,
-                        hold,
-                        valid_until,
-                    });
-                }
-            }
-            Ok(_) => life.refused(self, seq, op),
-            Err(error) => life.finish(Event::Failed { op, error }),
-        }
-    }
-
     fn extend_op(life: &Life, items: &[(u64, Duration)]) -> RedisOp {
         redisson::extend(items.iter().filter_map(|(seq, lease)| {
             let t = life.tenures.get(*seq)?;
@@ -351,7 +299,8 @@ impl Backend for Redisson {
             }
             Purpose::Renew { items } => {
                 let sent = from_reply(Plant::RenewalFromReply);
-                self.on_renew(life, items, sent, reply)
+                let kept = reply.and_then(|v| redisson::parse_extend(&v, items.len()));
+                life.renewals(self, items, sent, kept)
             }
             Purpose::Release { seq, op } => {
                 let hold = HoldId(seq);
@@ -361,7 +310,12 @@ impl Backend for Redisson {
                     Err(error) => life.finish(Event::Failed { op, error }),
                 }
             }
-            Purpose::Extend { seq, op, lease } => self.on_extend(life, seq, op, lease, sent, reply),
+            Purpose::Extend { seq, op, lease } => {
+                let kept = reply
+                    .and_then(|v| redisson::parse_extend(&v, 1))
+                    .map(|kept| kept[0]);
+                life.extended(self, seq, op, (lease, sent), kept)
+            }
             Purpose::Cleanup => {}
         }
     }

@@ -94,17 +94,7 @@ pub fn release(keys: &Keys, field: &str) -> RedisOp {
 /// REDISSON-EXTEND of several holds, each (lock hash, field, lease); read by
 /// [`parse_extend`].
 pub fn extend<'a>(holds: impl IntoIterator<Item = (&'a str, &'a str, Duration)>) -> RedisOp {
-    let (mut keys, mut args) = (Vec::new(), Vec::new());
-    for (lock, field, lease) in holds {
-        keys.push(lock.to_owned());
-        args.push(field.to_owned());
-        args.push(ms(lease));
-    }
-    RedisOp::Eval {
-        script: Script::RedissonExtend,
-        keys,
-        args,
-    }
+    crate::redis::per_key(Script::RedissonExtend, holds)
 }
 
 /// REDISSON-STATUS, read only; read by [`parse_status`].
