@@ -1,6 +1,7 @@
 //! Exhaustive bounded model checking of the real engines against the reference servers: one
-//! Redis, Redlock over three, the SQL database (PostgreSQL with NOTIFY, MySQL polling) and
-//! ZooKeeper (sessions on connections that break, expired by the server).
+//! Redis (with dlock's layout, and with Redisson's), Redlock over three, the SQL database
+//! (PostgreSQL with NOTIFY, MySQL polling) and ZooKeeper (sessions on connections that break,
+//! expired by the server).
 //!
 //! The simulation draws interleavings at random; this explores *every* interleaving of a small
 //! configuration, breadth first, up to a depth: two clients, each with a fixed script
@@ -46,7 +47,7 @@
 //! simulation has.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -85,6 +86,9 @@ enum Target {
 enum Backend {
     /// One Redis server (the reference store).
     Redis,
+    /// One Redis server, locks laid out as Redisson's (`Protocol::Redisson`): waiters hear
+    /// the lock's channel, which both subscribe to, or look again at the holder's TTL.
+    Redisson,
     /// Redlock over this many Redis servers, each a reference store.
     Redlock(u32),
     /// A SQL database (the reference tables): PostgreSQL wakes waiters by NOTIFY, MySQL's
@@ -152,7 +156,7 @@ struct State {
     now: u64,
     server: Server,
     procs: Vec<Proc>,
-    subscribers: BTreeMap<String, usize>,
+    subscribers: BTreeMap<String, BTreeSet<usize>>,
     /// The largest fencing token any client learned of a new tenure.
     last_token: u64,
     faults: u32,
@@ -210,6 +214,7 @@ impl Model {
         };
         let backend = match self.backend {
             Backend::Redis => "Redis".to_owned(),
+            Backend::Redisson => "Redisson-compatible Redis".to_owned(),
             Backend::Redlock(nodes) => format!("Redlock of {nodes}"),
             Backend::Sql(Dialect::Postgres) => "PostgreSQL".to_owned(),
             Backend::Sql(Dialect::Mysql) => "MySQL".to_owned(),
@@ -237,7 +242,7 @@ impl Model {
 
     fn start(&self) -> State {
         let server = match self.backend {
-            Backend::Redis => Server::Redis(Store::new()),
+            Backend::Redis | Backend::Redisson => Server::Redis(Store::new()),
             Backend::Redlock(nodes) => Server::Redlock(vec![Store::new(); nodes as usize]),
             Backend::Sql(dialect) => Server::Sql(SqlStore::new(dialect)),
             Backend::ZooKeeper => Server::ZooKeeper(ZkStore::new()),
@@ -257,6 +262,7 @@ impl Model {
             config.request_timeout = Duration::from_millis(40);
             config.protocol = match self.backend {
                 Backend::Redis => Protocol::Redis,
+                Backend::Redisson => Protocol::Redisson,
                 Backend::Redlock(nodes) => Protocol::Redlock { nodes },
                 Backend::Sql(dialect) => {
                     let mut settings = SqlSettings::new(dialect);
@@ -639,7 +645,7 @@ impl Model {
             (Server::Redis(store), Op::Redis(op)) => (store, op),
             (Server::Redlock(nodes), Op::Redlock { node, op }) => (&mut nodes[node as usize], op),
             (Server::Sql(_), Op::Sql(SqlOp::Listen { channel })) => {
-                s.subscribers.insert(channel, c);
+                s.subscribers.entry(channel).or_default().insert(c);
                 return Ok(Response::Sql(Vec::new()));
             }
             (Server::Sql(store), Op::Sql(query)) => {
@@ -662,7 +668,7 @@ impl Model {
         };
         let reply = match op {
             RedisOp::Subscribe { channel } => {
-                s.subscribers.insert(channel, c);
+                s.subscribers.entry(channel).or_default().insert(c);
                 Value::Status("OK".into())
             }
             RedisOp::Eval { script, keys, args } => {
@@ -670,7 +676,7 @@ impl Model {
                     .eval(now_ms, script, &keys, &args)
                     .map_err(|e| format!("script {} failed: {e}", script.name()))?;
                 let published = outcome.published;
-                if matches!(self.backend, Backend::Redis) {
+                if matches!(self.backend, Backend::Redis | Backend::Redisson) {
                     self.check_ttl(s, now_ms)?;
                 }
                 Self::publish(s, published);
@@ -699,7 +705,8 @@ impl Model {
     /// Messages go to whoever subscribed to their channel, as wake-ups.
     fn publish(s: &mut State, messages: Vec<(String, Vec<u8>)>) {
         for (channel, payload) in messages {
-            if let Some(&to) = s.subscribers.get(&channel) {
+            for &to in s.subscribers.get(&channel).into_iter().flatten() {
+                let (channel, payload) = (channel.clone(), payload.clone());
                 let input = Input::Notice(Notice::Message { channel, payload });
                 s.procs[to].wake_ups.push_back(input);
             }
@@ -821,7 +828,11 @@ impl Model {
         let (Target::Lock { .. }, Server::Redis(store)) = (self.target, &mut s.server) else {
             return Ok(());
         };
-        let ttl = store.pttl_at(now_ms, &LockKeys::new("m").lock);
+        let key = match self.backend {
+            Backend::Redisson => dlock_core::redisson::Keys::new("m").lock,
+            _ => LockKeys::new("m").lock,
+        };
+        let ttl = store.pttl_at(now_ms, &key);
         let longest = LEASE.max(WAITER_LEASE).as_millis() as i64;
         if ttl == -1 || ttl > longest {
             return Err(format!(
@@ -978,6 +989,8 @@ fn models() -> Vec<Model> {
         skewed(model(redis, lock, 1, 3)),
         skewed(paused(redis, lock, 3)),
         skewed(paused(Backend::ZooKeeper, lock, 2)),
+        model(Backend::Redisson, lock, 1, 3),
+        paused(Backend::Redisson, lock, 3),
     ]
 }
 
