@@ -71,7 +71,7 @@ export interface LockStatus {
   waiters: string[]
 }
 
-/** Connects to a backend URL: `redis://…`, `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]` (README: URLs). */
+/** Connects to a backend URL: `redis://…` (`?compat=redisson`: locks shared with Java's Redisson), `rediss://…`, `redis-cluster://…`, `redlock://…`, `zk://…` or `memory://[name]` (README: URLs). */
 export declare function connect(url: string, options?: ConnectOptions): Promise<Client>
 
 /** A node-postgres client or pool, or a mysql2 promise connection or pool. */

@@ -75,7 +75,8 @@ def connect(
     request_timeout: Optional[float] = None,
     lock_delay: Optional[float] = None,
 ) -> "Client":
-    """Connects to ``redis://host:port[/db]``, ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
+    """Connects to ``redis://host:port[/db]`` (``?compat=redisson``: locks shared with Java's
+    Redisson), ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
     ``redlock://host:port,host:port[,…]`` (independent servers, locked by majority),
     ``zk://host:port[,host:port…][/chroot]`` or ``memory://[name]`` (``dlock --help`` lists
     every form).
