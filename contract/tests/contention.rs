@@ -2,14 +2,16 @@
 //! engine, Python and Node contend for one lock on a real redis-server, then on a real
 //! ZooKeeper (one test), and on a real PostgreSQL, then on a real MariaDB (another), until a
 //! shared counter reaches its target; and Java workers on Apache Curator contend with the
-//! Rust, Python and Node workers for a lock (`InterProcessMutex`) and a read-write lock
-//! (`InterProcessReadWriteLock`) on ZooKeeper (a third), and Java workers on Redisson
-//! (`RFencedLock`) with them on Redis in `compat=redisson` mode (a fourth). Each holder does a fenced
+//! Rust, Python and Node workers for a lock (`InterProcessMutex`), a read-write lock
+//! (`InterProcessReadWriteLock`) and a semaphore (`InterProcessSemaphoreV2`) on ZooKeeper (a
+//! third), and Java workers on Redisson (`RFencedLock`) with them on Redis and on a Redis
+//! Cluster in `compat=redisson` mode (a fourth). Each holder does a fenced
 //! read-modify-write of the counter in a shared file and logs its tenure; the logs must show
 //! every write counted, fencing tokens strictly increasing in acquisition order, no two
 //! tenures overlapping (on a read-write lock: no write hold beside any other hold, and each
-//! read hold's token between those of the writes before and after it), no stale write, and
-//! every runtime with at least 10% of the acquisitions (each acquires as often as the lock's
+//! read hold's token between those of the writes before and after it; on a semaphore of 2
+//! permits: never more than 2 holders, and dlock's tokens growing where permits follow each
+//! other), no stale write, and every runtime with at least 10% of the acquisitions (each acquires as often as the lock's
 //! hand-off lets it).
 //!
 //! Needs the Python wheel installed in target/venv, the Node addon built in node/ (both done
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use dlock_testkit::{MariadbServer, PostgresServer, RedisServer, ZkEnsemble};
+use dlock_testkit::{MariadbServer, PostgresServer, RedisCluster, RedisServer, ZkEnsemble};
 
 /// Workers per runtime, and the counter's target: 4 runtimes × 2 workers share 2,000 writes
 /// (plus one last acquisition each that finds the target reached).
@@ -34,13 +36,17 @@ const RUNTIMES: [&str; 4] = ["rust", "rust-wasm", "python", "node"];
 /// Beside Curator: one worker per dlock host, and Java.
 const WITH_JAVA: [&str; 4] = ["rust", "python", "node", "java"];
 
-/// What the workers take: a lock, or a read-write lock's write hold and every third time its
-/// read hold.
+/// What the workers take: a lock, a read-write lock's write hold and every third time its
+/// read hold, or a permit of a semaphore of [`PERMITS`] (each worker `target` times).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Lock,
     Rw,
+    Sem,
 }
+
+/// The semaphore's permits in [`Mode::Sem`] (as the workers have it).
+const PERMITS: usize = 2;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -54,7 +60,11 @@ fn worker(runtime: &str, url: &str, dir: &Path, label: &str, target: usize, mode
         &dir.to_string_lossy(),
         label,
         &target.to_string(),
-        if mode == Mode::Rw { "rw" } else { "lock" },
+        match mode {
+            Mode::Lock => "lock",
+            Mode::Rw => "rw",
+            Mode::Sem => "sem",
+        },
     ]
     .map(str::to_owned);
     let mut cmd = match runtime {
@@ -109,7 +119,7 @@ struct Tenure {
     token: u64,
     start: u64,
     end: u64,
-    /// 0 written, 1 refused as stale, 2 found the target reached, 3 a read hold.
+    /// 0 written, 1 refused as stale, 2 found the target reached, 3 a read hold, 4 a permit.
     outcome: u64,
     runtime: &'static str,
 }
@@ -136,6 +146,28 @@ impl Run {
             .filter(|p| !p[0].reads() && !p[1].reads())
             .filter(|p| from.contains(&p[0].runtime) && to.contains(&p[1].runtime))
             .map(|p| p[1].start.saturating_sub(p[0].end) as f64 / 1e6)
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        gaps
+    }
+
+    /// On a semaphore: the gaps between a release while every permit was held and the next
+    /// acquisition (ms), where that release was by a runtime in `from` and the acquisition by
+    /// one in `to` — a waiter let in by the other side's release.
+    fn permit_hand_offs(&self, from: &[&str], to: &[&str]) -> Vec<f64> {
+        let mut gaps: Vec<f64> = self
+            .tenures
+            .iter()
+            .filter(|b| to.contains(&b.runtime))
+            .filter_map(|b| {
+                let a = self
+                    .tenures
+                    .iter()
+                    .filter(|a| a.end <= b.start)
+                    .max_by_key(|a| a.end)?;
+                let full = holders_before(&self.tenures, a.end) >= PERMITS;
+                (full && from.contains(&a.runtime)).then(|| (b.start - a.end) as f64 / 1e6)
+            })
             .collect();
         gaps.sort_by(f64::total_cmp);
         gaps
@@ -225,6 +257,22 @@ fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode)
     }
     tenures.sort_by_key(|t| t.start);
     let total = tenures.len();
+    let mut per_runtime = BTreeMap::new();
+    for t in &tenures {
+        *per_runtime.entry(t.runtime).or_insert(0) += 1;
+    }
+    for (runtime, n) in &per_runtime {
+        assert!(n * 10 >= total, "{runtime} acquired only {n} of {total}");
+    }
+    if mode == Mode::Sem {
+        assert_eq!(total, target * WORKERS * runtimes.len());
+        check_semaphore(&tenures);
+        std::fs::remove_dir_all(&dir).ok();
+        return Run {
+            tenures,
+            per_runtime,
+        };
+    }
     let writes = tenures.iter().filter(|t| t.outcome == 0).count();
     assert!(total >= target, "only {total} acquisitions");
     assert_eq!(
@@ -235,6 +283,7 @@ fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode)
     match mode {
         Mode::Lock => check_exclusive(&tenures),
         Mode::Rw => check_rw(&tenures),
+        Mode::Sem => unreachable!(),
     }
     let counter = std::fs::read_to_string(dir.join("counter")).unwrap();
     let mut counter = counter
@@ -248,13 +297,6 @@ fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode)
     );
     let last_write = tenures.iter().rev().find(|t| t.outcome == 0);
     assert_eq!(counter.next(), last_write.map(|t| t.token));
-    let mut per_runtime = BTreeMap::new();
-    for t in &tenures {
-        *per_runtime.entry(t.runtime).or_insert(0) += 1;
-    }
-    for (runtime, n) in &per_runtime {
-        assert!(n * 10 >= total, "{runtime} acquired only {n} of {total}");
-    }
     std::fs::remove_dir_all(&dir).ok();
     Run {
         tenures,
@@ -321,6 +363,42 @@ fn check_rw(tenures: &[Tenure]) {
     }
 }
 
+/// The holders at the instant just before `at` (`tenures` sorted by start).
+fn holders_before(tenures: &[Tenure], at: u64) -> usize {
+    tenures
+        .iter()
+        .take_while(|t| t.start < at)
+        .filter(|t| t.end >= at)
+        .count()
+}
+
+/// A semaphore of [`PERMITS`] (`tenures` sorted by start): never more holders at once, all of
+/// them at once at some point (or the test shows nothing), and dlock's tokens distinct and
+/// growing from a permit to any permit taken after it ended (Curator's holders have none: 0).
+fn check_semaphore(tenures: &[Tenure]) {
+    let mut most = 0;
+    for t in tenures {
+        let inside = holders_before(tenures, t.start + 1);
+        assert!(
+            inside <= PERMITS,
+            "{inside} holders of {PERMITS} permits when {} took one at {}",
+            t.runtime,
+            t.start
+        );
+        most = most.max(inside);
+    }
+    assert_eq!(most, PERMITS, "the permits were never all taken at once");
+    let fenced: Vec<&Tenure> = tenures.iter().filter(|t| t.token != 0).collect();
+    for (i, a) in fenced.iter().enumerate() {
+        for b in &fenced[i + 1..] {
+            assert_ne!(a.token, b.token, "two permits with one token");
+            if a.end <= b.start {
+                assert!(a.token < b.token, "token {} after {}", b.token, a.token);
+            }
+        }
+    }
+}
+
 fn tempdir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "dlock-contention-{}-{}",
@@ -378,9 +456,9 @@ fn four_runtimes_share_one_lock_on_postgres_then_on_mariadb() {
 }
 
 /// Curator on ZooKeeper: Java workers with `InterProcessMutex`, then with
-/// `InterProcessReadWriteLock`, on the paths dlock uses, beside dlock's Rust, Python and Node
-/// workers; then the lock again with digest credentials. Prints the hand-off between the two
-/// sides.
+/// `InterProcessReadWriteLock`, then with `InterProcessSemaphoreV2`, on the paths dlock uses,
+/// beside dlock's Rust, Python and Node workers; then the lock again with digest credentials.
+/// Prints the hand-off between the two sides.
 #[test]
 #[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
 fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
@@ -396,11 +474,22 @@ fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
     for (what, url, mode, target) in [
         ("lock", zk.url(), Mode::Lock, 1_000),
         ("rw-lock", zk.url(), Mode::Rw, 600),
+        ("semaphore", zk.url(), Mode::Sem, 100),
         ("lock with credentials", secure, Mode::Lock, 300),
     ] {
         let started = Instant::now();
         let run = contend_with(&url, target, &WITH_JAVA, mode);
         println!("{}", run.summary(&format!("curator {what}"), started));
+        if mode == Mode::Sem {
+            println!(
+                "  hand-off p50 (a full semaphore's release to the next acquisition): Curator -> dlock {}, dlock -> Curator {}, dlock -> dlock {}, Curator -> Curator {}",
+                median(&run.permit_hand_offs(&["java"], dlock)),
+                median(&run.permit_hand_offs(dlock, &["java"])),
+                median(&run.permit_hand_offs(dlock, dlock)),
+                median(&run.permit_hand_offs(&["java"], &["java"])),
+            );
+            continue;
+        }
         println!(
             "  hand-off p50: Curator -> dlock {}, dlock -> Curator {}, dlock -> dlock {}, Curator -> Curator {}",
             median(&run.hand_offs(&["java"], dlock)),
@@ -412,22 +501,40 @@ fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
 }
 
 /// Redisson on Redis: Java workers with `RFencedLock` beside dlock's Rust, Python and Node
-/// workers in `compat=redisson` mode, on one lock name; tokens from the one counter they
-/// share. Prints the hand-off between the two sides.
+/// workers in `compat=redisson` mode, on one lock name, on one redis-server and then on a Redis
+/// Cluster (sharded pub/sub); tokens from the one counter they share. Prints the hand-off
+/// between the two sides.
 #[test]
 #[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
-fn redisson_and_dlock_share_a_lock_on_redis() {
-    let redis = RedisServer::start();
-    let url = format!("{}/?compat=redisson", redis.url());
+fn redisson_and_dlock_share_a_lock_on_redis_and_on_a_cluster() {
     let dlock = &WITH_JAVA[..3];
-    let started = Instant::now();
-    let run = contend_with(&url, 1_000, &WITH_JAVA, Mode::Lock);
-    println!("{}", run.summary("redisson lock", started));
-    println!(
-        "  hand-off p50: Redisson -> dlock {}, dlock -> Redisson {}, dlock -> dlock {}, Redisson -> Redisson {}",
-        median(&run.hand_offs(&["java"], dlock)),
-        median(&run.hand_offs(dlock, &["java"])),
-        median(&run.hand_offs(dlock, dlock)),
-        median(&run.hand_offs(&["java"], &["java"])),
-    );
+    for on_cluster in [false, true] {
+        let (url, _server) = match on_cluster {
+            false => {
+                let redis = RedisServer::start();
+                let url = format!("{}/?compat=redisson", redis.url());
+                (url, Box::new(redis) as Box<dyn std::any::Any>)
+            }
+            true => {
+                let cluster = RedisCluster::start(3);
+                let url = format!("{}?compat=redisson", cluster.url());
+                (url, Box::new(cluster) as Box<dyn std::any::Any>)
+            }
+        };
+        let what = if on_cluster {
+            "redisson lock on a cluster"
+        } else {
+            "redisson lock"
+        };
+        let started = Instant::now();
+        let run = contend_with(&url, 1_000, &WITH_JAVA, Mode::Lock);
+        println!("{}", run.summary(what, started));
+        println!(
+            "  hand-off p50: Redisson -> dlock {}, dlock -> Redisson {}, dlock -> dlock {}, Redisson -> Redisson {}",
+            median(&run.hand_offs(&["java"], dlock)),
+            median(&run.hand_offs(dlock, &["java"])),
+            median(&run.hand_offs(dlock, dlock)),
+            median(&run.hand_offs(&["java"], &["java"])),
+        );
+    }
 }

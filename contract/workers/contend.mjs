@@ -1,12 +1,13 @@
 // One contender of the live mixed-language test (contract/tests/contention.rs), in Node.
 //
-// `node contend.mjs URL NAME DIR LABEL TARGET [lock|rw]` acquires lock NAME until the counter
+// `node contend.mjs URL NAME DIR LABEL TARGET [lock|rw|sem]` acquires lock NAME until the counter
 // in DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
 // connected); each tenure does a fenced read-modify-write of the counter and
 // appends `token start_ns end_ns outcome` (CLOCK_MONOTONIC; 0 written, 1 refused as stale,
-// 2 target reached, 3 a read hold) to DIR/LABEL.log, as the Rust, Python and Java workers
-// do. In mode `rw` it takes the write hold of read-write lock NAME, and every third time its
-// read hold. The dlock package is loaded from DLOCK_NODE_PACKAGE (default: 'dlock').
+// 2 target reached, 3 a read hold, 4 a permit) to DIR/LABEL.log, as the Rust, Python and Java
+// workers do. In mode `rw` it takes the write hold of read-write lock NAME, and every third
+// time its read hold; in mode `sem` a permit of semaphore NAME (2 permits) TARGET times, each
+// for 5 ms. The dlock package is loaded from DLOCK_NODE_PACKAGE (default: 'dlock').
 import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
@@ -34,7 +35,18 @@ const [write, read] = rw
 writeFileSync(join(dir, `${label}.ready`), '')
 while (!existsSync(join(dir, 'go'))) await new Promise((r) => setTimeout(r, 1))
 const log = []
-for (let outcome = 0, i = 0; outcome !== 2; i++) {
+if (mode === 'sem') {
+  const semaphore = client.semaphore(name, { permits: 2, leaseMs: 10_000 })
+  for (let i = 0; i < Number(target); i++) {
+    const held = await semaphore.acquire()
+    const start = process.hrtime.bigint()
+    await new Promise((r) => setTimeout(r, 5))
+    const end = process.hrtime.bigint()
+    await held.release()
+    log.push(`${held.fencingToken} ${start} ${end} 4\n`)
+  }
+}
+for (let outcome = mode === 'sem' ? 2 : 0, i = 0; outcome !== 2; i++) {
   const reading = rw && i % 3 === 2
   const held = await (reading ? read : write).acquire()
   const start = process.hrtime.bigint()

@@ -1,11 +1,12 @@
 """One contender of the live mixed-language test (contract/tests/contention.rs), in Python.
 
-``contend.py URL NAME DIR LABEL TARGET [lock|rw]`` acquires lock NAME until the counter in
+``contend.py URL NAME DIR LABEL TARGET [lock|rw|sem]`` acquires lock NAME until the counter in
 DIR/counter reaches TARGET, starting when DIR/go appears (it writes DIR/LABEL.ready once
 connected); each tenure does a fenced read-modify-write of the counter and appends
 ``token start_ns end_ns outcome`` (CLOCK_MONOTONIC; 0 written, 1 refused as stale, 2 target
-reached, 3 a read hold) to DIR/LABEL.log, as the Rust, Node and Java workers do. In mode
-``rw`` it takes the write hold of read-write lock NAME, and every third time its read hold.
+reached, 3 a read hold, 4 a permit) to DIR/LABEL.log, as the Rust, Node and Java workers do.
+In mode ``rw`` it takes the write hold of read-write lock NAME, and every third time its read
+hold; in mode ``sem`` a permit of semaphore NAME (2 permits) TARGET times, each for 5 ms.
 """
 
 import sys
@@ -30,9 +31,25 @@ def fenced_increment(counter: Path, token: int, target: int) -> int:
 
 def main() -> None:
     url, name, directory, label, target = sys.argv[1:6]
-    rw = sys.argv[6:] == ["rw"]
+    mode = sys.argv[6] if len(sys.argv) > 6 else "lock"
+    rw = mode == "rw"
     root = Path(directory)
     client = dlock.connect(url)
+    if mode == "sem":
+        semaphore = client.semaphore(name, permits=2, lease=10.0)
+        (root / f"{label}.ready").write_text("")
+        while not (root / "go").exists():
+            time.sleep(0.001)
+        log = []
+        for _ in range(int(target)):
+            with semaphore as held:
+                start = time.monotonic_ns()
+                time.sleep(0.005)
+                end = time.monotonic_ns()
+            log.append(f"{held.fencing_token} {start} {end} 4\n")
+        (root / f"{label}.log").write_text("".join(log))
+        client.close()
+        return
     if rw:
         rw_lock = client.rw_lock(name)
         write, read = rw_lock.write(lease=10.0), rw_lock.read(lease=10.0)

@@ -38,6 +38,8 @@ pub enum Plant {
     ZkReadersIgnoreWriters,
     /// A ZooKeeper lock directory is used without its persistent pin child.
     ZkNoPin,
+    /// A ZooKeeper semaphore's gate holder does not count its own lease node.
+    ZkLeaseUncounted,
     /// The reference Redis's REDISSON-ACQUIRE resets the TTL of a lock its field holds
     /// already (Redisson's own reentry does) instead of only stretching it.
     RedissonReacquireShrinks,
@@ -55,7 +57,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug, in the order `just plants` runs them.
-    pub const ALL: [Plant; 20] = [
+    pub const ALL: [Plant; 21] = [
         Plant::ValidityFromReply,
         Plant::RenewalFromReply,
         Plant::ZkValidityFromReply,
@@ -70,6 +72,7 @@ impl Plant {
         Plant::ZkLongValidity,
         Plant::ZkReadersIgnoreWriters,
         Plant::ZkNoPin,
+        Plant::ZkLeaseUncounted,
         Plant::RedissonReacquireShrinks,
         Plant::RedlockSmallestCounter,
         Plant::WriteBesideReaders,
@@ -95,6 +98,7 @@ impl Plant {
             Plant::ZkLongValidity => "zk-long-validity",
             Plant::ZkReadersIgnoreWriters => "zk-readers-ignore-writers",
             Plant::ZkNoPin => "zk-no-pin",
+            Plant::ZkLeaseUncounted => "zk-lease-uncounted",
             Plant::RedissonReacquireShrinks => "redisson-reacquire-shrinks",
             Plant::RedlockSmallestCounter => "redlock-smallest-counter",
             Plant::WriteBesideReaders => "write-beside-readers",

@@ -86,7 +86,15 @@ impl Bed {
                 .0
                 .handle_input(self.now, Input::Reply { id, reply });
         };
-        for (session, path) in outcome.fired {
+        self.fire(outcome.fired);
+        let reply = Ok(Response::Zk(outcome.reply));
+        self.engines[c]
+            .0
+            .handle_input(self.now, Input::Reply { id, reply });
+    }
+
+    fn fire(&mut self, fired: Vec<(SessionId, String)>) {
+        for (session, path) in fired {
             let to = self
                 .engines
                 .iter()
@@ -95,10 +103,14 @@ impl Bed {
             let notice = Input::Notice(Notice::Watch { path });
             self.engines[to].0.handle_input(self.now, notice);
         }
-        let reply = Ok(Response::Zk(outcome.reply));
-        self.engines[c]
-            .0
-            .handle_input(self.now, Input::Reply { id, reply });
+    }
+
+    /// `op` by session `session` of another client (Curator's, say), and what follows.
+    fn foreign(&mut self, session: SessionId, op: ZkOp) -> ZkReply {
+        let outcome = self.store.execute(session, &op).unwrap();
+        self.fire(outcome.fired);
+        self.settle();
+        outcome.reply
     }
 
     fn take(&mut self, c: usize) -> Vec<Event> {
@@ -399,16 +411,23 @@ fn permit(op: u64, wait: Wait) -> Command {
     }
 }
 
+/// Curator's `InterProcessSemaphoreV2` layout: a waiter first holds the gate (a lock in
+/// `locks`), then adds a lease and watches 2 of the others (any 2: while neither goes, the
+/// leases stay more than its 2 permits allow); its gate goes only when it holds a permit, so
+/// the next waiter queues on the gate and is not woken by a release meanwhile. Every child of
+/// `leases` counts, Curator's and foreign ones too. Tokens are the gate's numbers + 1.
 #[test]
-fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
-    let mut bed = Bed::new(4);
-    let dir = "/dlock/job.semaphore";
+fn a_permit_waiter_holds_the_gate_and_counts_every_lease() {
+    let mut bed = Bed::new(5);
+    let (gate, leases) = ("/dlock/job.semaphore/locks", "/dlock/job.semaphore/leases");
     bed.cmd(0, permit(1, Wait::No));
-    let (first, _) = acquired(&bed.take(0));
+    let (first, t1) = acquired(&bed.take(0));
     // The same client and owner again: a permit of its own.
     bed.cmd(0, permit(2, Wait::No));
-    let (second, _) = acquired(&bed.take(0));
-    assert_ne!(first, second);
+    let (second, t2) = acquired(&bed.take(0));
+    assert!(first != second && t1 < t2, "{t1} {t2}");
+    assert_eq!(bed.contenders(gate), Vec::<String>::new(), "gates released");
+    assert_eq!(bed.store.children(leases).len(), 2);
     bed.cmd(1, permit(1, Wait::No));
     assert!(matches!(
         bed.take(1)[..],
@@ -417,11 +436,19 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
             ..
         }]
     ));
+    assert_eq!(
+        bed.contenders(gate).len() + bed.store.children(leases).len(),
+        2
+    );
     bed.take_sent(2);
     bed.cmd(2, permit(1, Wait::Forever));
     bed.cmd(3, permit(1, Wait::Forever));
-    let children = bed.contenders(dir);
-    assert_eq!(children.len(), 4, "{children:?}");
+    let held = bed.store.children(leases);
+    assert_eq!(
+        held.len(),
+        3,
+        "client 2's lease beside the 2 held: {held:?}"
+    );
     let watched = |sent: Vec<ZkOp>| -> Vec<String> {
         let mut paths: Vec<String> = sent
             .into_iter()
@@ -433,14 +460,15 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
         paths.sort();
         paths
     };
-    let at = |i: usize| format!("{dir}/{}", children[i]);
+    let mut permits: Vec<String> = held[..2].iter().map(|c| format!("{leases}/{c}")).collect();
+    permits.sort();
+    assert_eq!(watched(bed.take_sent(2)), permits, "the 2 other leases");
+    let gates = bed.contenders(gate);
     assert_eq!(
-        watched(bed.take_sent(2)),
-        [at(0), at(1)],
-        "the 2 nodes ahead"
+        watched(bed.take_sent(3)),
+        [format!("{gate}/{}", gates[0])],
+        "client 3 waits for client 2's gate"
     );
-    assert_eq!(watched(bed.take_sent(3)), [at(1), at(2)]);
-    // The first permit goes: it was not client 2's predecessor, yet client 2 takes a permit.
     bed.cmd(
         0,
         Command::Release {
@@ -448,12 +476,22 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
             hold: first,
         },
     );
-    acquired(&bed.take(2));
-    assert!(bed.take(3).is_empty(), "client 3 has 2 nodes ahead still");
+    let (_, t3) = acquired(&bed.take(2));
+    assert!(t3 > t2);
     assert!(
-        bed.take_sent(3).is_empty(),
-        "client 3 did not hear of it: the nodes it watches are still there"
+        bed.take(3).is_empty(),
+        "client 3 counts 2 leases beside its own"
     );
+    // Client 3 holds the gate now. A Curator lease and a child of no recipe count too.
+    let java = bed.store.open_session();
+    let curator = ZkOp::CreateSequential {
+        prefix: format!("{leases}/_c_0f3b2c1e-9a8d-4c1b-b2a7-5e6f7a8b9c0d-lease-"),
+    };
+    let ZkReply::Created(curator) = bed.foreign(java, curator) else {
+        panic!("created")
+    };
+    let junk = format!("{leases}/junk");
+    bed.foreign(java, ZkOp::CreateEphemeral { path: junk.clone() });
     bed.cmd(
         0,
         Command::Release {
@@ -461,12 +499,17 @@ fn a_permit_waiter_watches_the_permits_ahead_and_takes_one_when_any_goes() {
             hold: second,
         },
     );
-    acquired(&bed.take(3));
+    assert!(bed.take(3).is_empty(), "3 leases beside its own");
+    bed.foreign(java, ZkOp::Delete { path: curator });
+    assert!(bed.take(3).is_empty(), "2 leases beside its own");
+    bed.foreign(java, ZkOp::Delete { path: junk });
+    let (_, t4) = acquired(&bed.take(3));
+    assert!(t4 > t3);
+    assert_eq!(bed.contenders(gate), Vec::<String>::new(), "gates released");
     // A lock of the same name is another thing.
-    bed.cmd(1, acquire(2, Wait::No));
-    acquired(&bed.take(1));
+    bed.cmd(4, acquire(1, Wait::No));
+    acquired(&bed.take(4));
 }
-
 fn rw(op: u64, owner: u64, write: bool, wait: Wait) -> Command {
     match acquire(op, wait) {
         Command::Acquire(a) => Command::Acquire(Acquire {

@@ -76,7 +76,8 @@ def connect(
     lock_delay: Optional[float] = None,
 ) -> "Client":
     """Connects to ``redis://host:port[/db]`` (``?compat=redisson``: locks shared with Java's
-    Redisson), ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]``,
+    Redisson), ``rediss://…`` (TLS), ``redis-cluster://host:port[,host:port…]`` (also with
+    ``?compat=redisson``),
     ``redlock://host:port,host:port[,…]`` (independent servers, locked by majority),
     ``zk://host:port[,host:port…][/chroot]`` or ``memory://[name]`` (``dlock --help`` lists
     every form).

@@ -129,7 +129,10 @@ impl ClientBuilder {
         if let Some(d) = self.lock_delay {
             config.lock_delay = d;
         }
-        if matches!(backend, Backend::RedisCluster(_)) {
+        if matches!(
+            backend,
+            Backend::RedisCluster(_) | Backend::RedissonCluster(_)
+        ) {
             // A script's keys must share one hash slot, and the locks of a batched renewal
             // do not: on a cluster each renewal carries one lock (they still go out at once).
             config.max_batch = 1;

@@ -167,12 +167,19 @@ async fn crafted_names_stay_one_node_below_the_root_on_zookeeper() {
     for child in &children {
         assert!(places.contains(child), "/dlock/{child} is no name's place");
         // Released: each place is a directory that keeps only its pin (and so its
-        // sequence), no deeper.
-        let inside = client
-            .list_children(&format!("/dlock/{child}"))
-            .await
-            .unwrap();
-        assert_eq!(inside, [dlock_core::zk::PIN], "/dlock/{child}");
+        // sequence), no deeper; a semaphore's, its gate (pinned) and its leases (empty).
+        let path = format!("/dlock/{child}");
+        let mut inside = client.list_children(&path).await.unwrap();
+        inside.sort();
+        if child.ends_with(".semaphore") {
+            assert_eq!(inside, ["leases", "locks"], "{path}");
+            let gate = client.list_children(&format!("{path}/locks")).await;
+            assert_eq!(gate.unwrap(), [dlock_core::zk::PIN], "{path}/locks");
+            let leases = client.list_children(&format!("{path}/leases")).await;
+            assert_eq!(leases.unwrap(), Vec::<String>::new(), "{path}/leases");
+        } else {
+            assert_eq!(inside, [dlock_core::zk::PIN], "{path}");
+        }
     }
     assert_eq!(
         children.len(),

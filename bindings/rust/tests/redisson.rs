@@ -1,12 +1,14 @@
-//! The Redisson-compatible mode (`redis://…?compat=redisson`) against a real redis-server:
-//! dlock clients exclude each other on Redisson's layout, and a holder that runs Redisson's
-//! own scripts (RedissonLock 3.52's acquire and unlock, as a Java client sends them) excludes
-//! them and wakes them. The real Redisson contends in `just interop`.
+//! The Redisson-compatible mode (`redis://…?compat=redisson`) against a real redis-server, and
+//! on a real Redis Cluster (`redis-cluster://…?compat=redisson`): dlock clients exclude each
+//! other on Redisson's layout, and a holder that runs Redisson's own scripts (RedissonLock
+//! 3.52's acquire and unlock, as a Java client sends them) excludes them and wakes them — on a
+//! cluster by sharded pub/sub, as Redisson does there. The real Redisson contends in
+//! `just interop`.
 
 use std::time::{Duration, Instant};
 
 use dlock::Error;
-use dlock_testkit::RedisServer;
+use dlock_testkit::{RedisCluster, RedisServer};
 use redis::AsyncCommands;
 
 mod common;
@@ -38,10 +40,32 @@ local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
 if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); redis.call('set', KEYS[3], 0, 'px', ARGV[5]); return 0; \
 else redis.call('del', KEYS[1]); redis.call(ARGV[4], KEYS[2], ARGV[1]); redis.call('set', KEYS[3], 1, 'px', ARGV[5]); return 1; end;";
 
+/// A client whose waiters look again only every 2 minutes unless woken: a waiter that takes
+/// the lock sooner was woken by the channel.
+async fn patient(url: &str) -> dlock::Client {
+    dlock::Client::builder(url)
+        .waiter_lease(Duration::from_secs(120))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Redisson takes "invoice" for a minute: `client` cannot, and starts waiting.
+async fn redisson_holds_and_dlock_waits(
+    client: &dlock::Client,
+    con: &mut impl redis::aio::ConnectionLike,
+) -> tokio::task::JoinHandle<Result<dlock::Guard, Error>> {
+    assert_eq!(redisson_lock(con, "invoice", 60_000).await, None);
+    let busy = client.lock("invoice").try_acquire().await.unwrap();
+    assert!(busy.is_none());
+    let client = client.clone();
+    tokio::spawn(async move { client.lock("invoice").acquire().await })
+}
+
 const FIELD: &str = "4f0e5b1c-7a2d-4e9b-9c3f-1d2e3f4a5b6c:1";
 
 async fn redisson_lock(
-    con: &mut redis::aio::MultiplexedConnection,
+    con: &mut impl redis::aio::ConnectionLike,
     name: &str,
     lease_ms: u64,
 ) -> Option<i64> {
@@ -54,7 +78,8 @@ async fn redisson_lock(
         .unwrap()
 }
 
-async fn redisson_unlock(con: &mut redis::aio::MultiplexedConnection, name: &str) {
+/// Redisson's unlock, publishing with `publish` (`spublish` on a cluster, Redisson ≥ 3.22).
+async fn redisson_unlock(con: &mut impl redis::aio::ConnectionLike, name: &str, publish: &str) {
     let released: Option<i64> = redis::Script::new(REDISSON_UNLOCK)
         .key(name)
         .key(format!("redisson_lock__channel:{{{name}}}"))
@@ -62,7 +87,7 @@ async fn redisson_unlock(con: &mut redis::aio::MultiplexedConnection, name: &str
         .arg(0)
         .arg(30_000)
         .arg(FIELD)
-        .arg("publish")
+        .arg(publish)
         .arg(13_500)
         .invoke_async(con)
         .await
@@ -123,21 +148,9 @@ async fn dlock_clients_exclude_each_other_on_redissons_layout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_holder_excludes_dlock_and_its_release_wakes_dlock() {
     let server = RedisServer::start();
-    let client = connect(&url(&server)).await.unwrap();
+    let client = patient(&url(&server)).await;
     let mut con = raw(&server).await;
-    assert_eq!(redisson_lock(&mut con, "invoice", 60_000).await, None);
-    assert!(
-        client
-            .lock("invoice")
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move { client.lock("invoice").acquire().await }
-    });
+    let waiter = redisson_holds_and_dlock_waits(&client, &mut con).await;
     // The waiter listens on Redisson's channel before the unlock.
     eventually("the waiter's subscription", || async {
         let mut con = raw(&server).await;
@@ -151,7 +164,7 @@ async fn a_redisson_holder_excludes_dlock_and_its_release_wakes_dlock() {
     })
     .await;
     let released = Instant::now();
-    redisson_unlock(&mut con, "invoice").await;
+    redisson_unlock(&mut con, "invoice", "publish").await;
     let held = waiter.await.unwrap().unwrap();
     assert!(
         released.elapsed() < Duration::from_secs(30),
@@ -212,13 +225,71 @@ async fn a_dead_holder_lapses_and_the_watchdog_renews() {
     held.release().await.unwrap();
 }
 
+/// On a cluster: dlock clients exclude each other; a Redisson holder's unlock (SPUBLISH, as
+/// Redisson 3.22 and later send it on a cluster) wakes a dlock waiter subscribed by SSUBSCRIBE
+/// on the node of the lock's slot, and dlock's release reaches a sharded subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_redisson_and_dlock_wake_each_other_by_sharded_pub_sub() {
+    let cluster = RedisCluster::start(3);
+    let url = format!("{}?compat=redisson", cluster.url());
+    common::contend(&url, 3, 3, 8).await;
+    let client = patient(&url).await;
+    let nodes: Vec<String> = cluster.nodes().iter().map(|n| n.url()).collect();
+    let cluster_client = |resp3: Option<tokio::sync::mpsc::UnboundedSender<redis::PushInfo>>| {
+        let builder = redis::cluster::ClusterClient::builder(nodes.clone());
+        match resp3 {
+            Some(tx) => builder
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(tx),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let mut con = cluster_client(None).get_async_connection().await.unwrap();
+    let waiter = redisson_holds_and_dlock_waits(&client, &mut con).await;
+    let channel = "redisson_lock__channel:{invoice}";
+    let owner = cluster.owner(cluster.slot(channel));
+    eventually("the waiter's sharded subscription", || async {
+        let subs = cluster.cli(owner, &["PUBSUB", "SHARDNUMSUB", channel]);
+        subs.lines().nth(1).is_some_and(|n| n.trim() != "0")
+    })
+    .await;
+    let released = Instant::now();
+    redisson_unlock(&mut con, "invoice", "spublish").await;
+    let held = waiter.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(30),
+        "woken by the message, not by the 60 s lease"
+    );
+    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+    let mut listener = cluster_client(Some(tx))
+        .get_async_connection()
+        .await
+        .unwrap();
+    listener.ssubscribe(channel).await.unwrap();
+    held.release().await.unwrap();
+    loop {
+        let push = pushes.recv().await.unwrap();
+        if push.kind == redis::PushKind::SMessage {
+            assert_eq!(push.data[1], redis::Value::BulkString(b"0".to_vec()));
+            break;
+        }
+    }
+    assert_eq!(redisson_lock(&mut con, "invoice", 60_000).await, None);
+}
+
 #[tokio::test]
-async fn bad_compat_values_and_clusters_are_refused() {
+async fn bad_compat_values_are_refused() {
     for (url, what) in [
         ("redis://127.0.0.1:1/?compat=curator", "compat"),
         (
-            "redis-cluster://127.0.0.1:1,127.0.0.1:2?compat=redisson",
-            "sharded",
+            "redis-cluster://127.0.0.1:1,127.0.0.1:2?compat=curator",
+            "compat",
+        ),
+        (
+            "redis-cluster://127.0.0.1:1,127.0.0.1:2?compat=redisson&db=2",
+            "query",
         ),
     ] {
         let err = connect(url).await.unwrap_err();

@@ -1240,7 +1240,7 @@ fn zk_only() -> Vec<Json> {
 
     let mut b = Bed::new(
         "zookeeper-semaphore",
-        "A semaphore's directory is <name>.semaphore. With its 2 permits held, a waiter watches the 2 nodes just before its own, and the release of the first holder (not its predecessor) gives it a permit.",
+        "A semaphore is Curator's InterProcessSemaphoreV2 at <name>.semaphore: a waiter holds the gate (a lock in locks/), adds a lease to leases/ and, with 2 other leases there and 2 permits, watches them; the release of one gives it a permit, fenced by its gate node's number + 1, and its gate node goes.",
         zookeeper(),
         2,
     );

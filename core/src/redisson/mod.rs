@@ -25,7 +25,7 @@ use crate::status::LockStatus;
 /// counter and its channel).
 pub const SCRIPT_COMMANDS: &[&str] = &[
     "del", "exists", "get", "hexists", "hgetall", "hset", "incr", "pexpire", "pttl", "publish",
-    "set", "time",
+    "set", "spublish", "time",
 ];
 
 /// Redisson's name of an object's companion key or channel: `prefix:{name}`, or

@@ -1,8 +1,10 @@
 //! The ZooKeeper backend, as a strategy of the lock lifecycle ([`crate::lock`]): Curator's
 //! lock recipe (sequential ephemeral nodes, the lowest holds, each waiter watches its
 //! predecessor) with reentrancy counted by the lifecycle, fencing by sequence number and a
-//! lease bounded by the session's latest confirmation. A semaphore of N permits is the same
-//! recipe with the N lowest holding, each waiter watching the N nodes just before its own. A
+//! lease bounded by the session's latest confirmation. A semaphore of N permits is Curator's
+//! `InterProcessSemaphoreV2`: the lock recipe on its gate directory, whose holder adds a lease
+//! node and holds a permit once the leases directory has at most N children (its own
+//! included), watching N of the others until then; the token is the gate node's. A
 //! read-write lock is Curator's too, with its node names: a writer's node holds when it is the
 //! lowest, a reader's when no writer's node is lower; a writer watches its predecessor, a
 //! reader the nearest writer's node ahead. A downgrade's read node takes its write node's
@@ -40,6 +42,8 @@ pub(crate) struct Dir {
     /// A downgrade's write node: the name of the held write node of a reader's own owner,
     /// whose sequence number the read node takes.
     downgrade: Option<String>,
+    /// A semaphore's leases directory; `dir` is then its gate's.
+    leases: Option<String>,
 }
 
 /// A pending acquire: what we know of its contender node, where its requests stand, and the
@@ -49,6 +53,9 @@ pub(crate) struct Pending {
     node: Node,
     step: Step,
     to_watch: Vec<String>,
+    /// A semaphore's gate node once it holds (path, sequence number): `node` is then the
+    /// lease node.
+    gate: Option<(String, u64)>,
 }
 
 /// A pending acquire has at most one request under way.
@@ -64,6 +71,32 @@ enum Step {
 impl Pending {
     fn asking(&self) -> bool {
         self.step != Step::Idle
+    }
+}
+
+/// The directory where a pending tenure's node is (or is to be): a semaphore's leases once
+/// its gate holds, else the tenure's own.
+fn node_dir<'t>(t: &'t Tenure<Zk>, p: &Pending) -> &'t str {
+    match (&t.data.leases, &p.gate) {
+        (Some(leases), Some(_)) => leases,
+        _ => &t.data.dir,
+    }
+}
+
+/// Pending tenure `seq`, and where its acquire stands.
+fn pending(life: &Life, seq: u64) -> Option<(&Tenure<Zk>, &Pending)> {
+    let t = life.tenures.get(seq)?;
+    match &t.state {
+        State::Pending(w) => Some((t, &w.state)),
+        State::Held(_) => None,
+    }
+}
+
+/// The path prefix of a pending tenure's next node (the server appends the sequence).
+fn node_prefix(t: &Tenure<Zk>, p: &Pending) -> String {
+    match p.gate {
+        Some(_) => zk::lease_prefix(node_dir(t, p), &t.token),
+        None => zk::node_prefix(&t.data.dir, &t.token, t.kind),
     }
 }
 
@@ -237,8 +270,11 @@ impl Zk {
             }
             return;
         };
-        let prefix = zk::node_prefix(&t.data.dir, &t.token, t.kind);
         let downgrade = Self::downgrade_path(t);
+        let State::Pending(w) = &t.state else {
+            return;
+        };
+        let (prefix, dir) = (node_prefix(t, &w.state), node_dir(t, &w.state).to_owned());
         let State::Pending(w) = &mut t.state else {
             return;
         };
@@ -264,8 +300,13 @@ impl Zk {
                     }
                 }
             }
+            // A missing directory: created with its pin, unless it holds leases (Curator
+            // counts every child there).
             Ok(ZkReply::NoNode) => {
-                let path = zk::pin_path(&t.data.dir);
+                let path = match p.gate {
+                    Some(_) => dir,
+                    None => zk::pin_path(&dir),
+                };
                 let op = ZkOp::CreateParents { path };
                 self.send_pending(life, seq, op, Purpose::Parents { seq });
             }
@@ -278,6 +319,10 @@ impl Zk {
     }
 
     fn on_children(&mut self, life: &mut Life, seq: u64, reply: Result<ZkReply, Error>) {
+        let Some((t, p)) = pending(life, seq) else {
+            return;
+        };
+        let (leasing, dir) = (p.gate.is_some(), node_dir(t, p).to_owned());
         let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
@@ -290,9 +335,11 @@ impl Zk {
             // before any of its numbers is a token. It cannot go meanwhile: our node is in it,
             // or it is not (and a create finds the directory missing).
             Ok(ZkReply::Children(children))
-                if !children.iter().any(|c| c == zk::PIN) && !plant::on(Plant::ZkNoPin) =>
+                if !leasing
+                    && !children.iter().any(|c| c == zk::PIN)
+                    && !plant::on(Plant::ZkNoPin) =>
             {
-                let path = zk::pin_path(&t.data.dir);
+                let path = zk::pin_path(&dir);
                 let op = ZkOp::CreateParents { path };
                 return self.send_pending(life, seq, op, Purpose::Pin { seq });
             }
@@ -304,7 +351,6 @@ impl Zk {
             Ok(other) => return self.malformed(life, seq, "children", other),
             Err(e) => return self.retry(life, seq, e),
         };
-        let dir = t.data.dir.clone();
         let queue = zk::queue(&children);
         let mine: Vec<(u64, &str)> = queue
             .iter()
@@ -325,9 +371,7 @@ impl Zk {
         let Some((n, child)) = ours else {
             // Never created, or gone (deleted by hand, or with an expired session): again.
             p.node = Node::None;
-            for path in strays {
-                self.clean(life, Cleanup::Delete(path));
-            }
+            self.clean_all(life, strays);
             return self.advance(life, seq);
         };
         let path = format!("{dir}/{child}");
@@ -338,48 +382,75 @@ impl Zk {
             // someone may have written since, so this read queues as any other.
             t.data.downgrade = None;
             p.node = Node::None;
-            self.clean(life, Cleanup::Delete(path));
+            self.clean_all(life, strays.into_iter().chain([path]));
             return self.advance(life, seq);
         }
         p.node = Node::Created {
             path: path.clone(),
             seq: n,
         };
-        // A lock is held by the lowest node, a semaphore's permits by its N lowest: with N
-        // or more nodes ahead, watch the N just before ours. Another node going changes
-        // nothing for us: the N stay the ones just before ours, and as many are still ahead.
-        // A reader counts only the writers' nodes ahead. A downgrade's read node has its write
-        // node's number: nothing holds it off.
-        let permits = match t.kind {
-            Kind::Semaphore { permits } => permits as usize,
-            _ => 1,
+        // Who stands in our way, and how many of them we can live with. A lock (and a
+        // semaphore's gate) is held by the lowest node: the nodes ahead, none allowed. A
+        // reader counts only the writers' nodes ahead; a downgrade's read node has its write
+        // node's number, so nothing holds it off. A semaphore's leases, Curator's count: every
+        // other child of the directory, lease or not, N allowed.
+        let (allowed, ahead): (usize, Vec<&str>) = match (t.kind, leasing) {
+            (Kind::Semaphore { permits }, true) => {
+                let foreign = children
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|c| zk::parse_child(c).is_none());
+                let others = queue.iter().map(|(_, c)| *c).chain(foreign);
+                let allowed =
+                    permits as usize - 1 + usize::from(plant::on(Plant::ZkLeaseUncounted));
+                (allowed, others.filter(|c| *c != child).collect())
+            }
+            (kind, _) => {
+                let ahead = queue
+                    .iter()
+                    .take_while(|(s, _)| *s < n)
+                    .map(|(_, c)| *c)
+                    .filter(|c| {
+                        kind != Kind::Read
+                            || (zk::is_writer(c) && !plant::on(Plant::ZkReadersIgnoreWriters))
+                    });
+                (0, ahead.collect())
+            }
         };
-        let ahead: Vec<&str> = queue
-            .iter()
-            .take_while(|(s, _)| *s < n)
-            .map(|(_, c)| *c)
-            .filter(|c| {
-                t.kind != Kind::Read
-                    || (zk::is_writer(c) && !plant::on(Plant::ZkReadersIgnoreWriters))
-            })
-            .collect();
-        let window = ahead.len().saturating_sub(permits);
+        // With too many, watch the last `allowed + 1` of them: while none of those goes, at
+        // least as many stay as now (a lock's waiter watches its predecessor). When one goes,
+        // look again.
+        let full = ahead.len() > allowed;
+        let window = ahead.len().saturating_sub(allowed + 1);
         p.to_watch = ahead[window..]
             .iter()
             .rev()
             .map(|c| format!("{dir}/{c}"))
             .collect();
-        let (wait, full, op) = (w.wait, ahead.len() >= permits, w.op);
-        for stray in strays {
-            self.clean(life, Cleanup::Delete(stray));
+        let (wait, op, gate) = (w.wait, w.op, p.gate.clone());
+        // A semaphore's gate is ours: ask for a lease.
+        let to_lease = !full && gate.is_none() && matches!(t.kind, Kind::Semaphore { .. });
+        if to_lease {
+            p.gate = Some((path.clone(), n));
+            p.node = Node::None;
+            p.to_watch.clear();
         }
-        if !full {
-            self.take(life, seq, path, fencing_token(n));
-        } else if wait == Wait::No {
+        self.clean_all(life, strays);
+        if full && wait == Wait::No {
             let reason = NotAcquired::Busy;
             life.abandon(self, seq, Event::NotAcquired { op, reason }, true);
-        } else {
+        } else if full {
             self.watch_next(life, seq);
+        } else if to_lease {
+            self.create(life, seq);
+        } else if let Some((gate, gate_seq)) = gate {
+            // A permit, fenced by the gate's number; the gate goes to the next in line.
+            self.take(life, seq, path, fencing_token(gate_seq));
+            if life.tenures.held(seq).is_some() {
+                self.clean(life, Cleanup::Delete(gate));
+            }
+        } else {
+            self.take(life, seq, path, fencing_token(n));
         }
     }
 
@@ -508,13 +579,13 @@ impl Zk {
     }
 
     fn create(&mut self, life: &mut Life, seq: u64) {
-        let Some(t) = life.tenures.get(seq) else {
+        let Some((t, p)) = pending(life, seq) else {
             return;
         };
         let op = match Self::downgrade_path(t) {
             Some(path) => ZkOp::CreateEphemeral { path },
             None => ZkOp::CreateSequential {
-                prefix: zk::node_prefix(&t.data.dir, &t.token, t.kind),
+                prefix: node_prefix(t, p),
             },
         };
         self.send_pending(life, seq, op, Purpose::Create { seq });
@@ -527,10 +598,10 @@ impl Zk {
     }
 
     fn children(&mut self, life: &mut Life, seq: u64) {
-        let Some(t) = life.tenures.get(seq) else {
+        let Some((t, p)) = pending(life, seq) else {
             return;
         };
-        let path = t.data.dir.clone();
+        let path = node_dir(t, p).to_owned();
         self.send_pending(
             life,
             seq,
@@ -568,6 +639,12 @@ impl Zk {
         self.confirmed = Some(sent);
         for seq in life.tenures.holds() {
             life.renewed(seq, sent, self.validity_lease(), false);
+        }
+    }
+
+    fn clean_all(&mut self, life: &mut Life, paths: impl IntoIterator<Item = String>) {
+        for path in paths {
+            self.clean(life, Cleanup::Delete(path));
         }
     }
 
@@ -653,18 +730,27 @@ impl Backend for Zk {
                 .and_then(|h| h.data.rsplit('/').next().map(str::to_owned)),
             _ => None,
         };
-        let dir = match a.kind {
-            Kind::Mutex => zk::lock_dir(&self.root, &a.name),
-            Kind::Semaphore { .. } => zk::semaphore_dir(&self.root, &a.name),
-            Kind::Read | Kind::Write => zk::rw_dir(&self.root, &a.name),
+        let (dir, leases) = match a.kind {
+            Kind::Mutex => (zk::lock_dir(&self.root, &a.name), None),
+            Kind::Semaphore { .. } => {
+                let semaphore = zk::semaphore_dir(&self.root, &a.name);
+                (zk::gate_dir(&semaphore), Some(zk::leases_dir(&semaphore)))
+            }
+            Kind::Read | Kind::Write => (zk::rw_dir(&self.root, &a.name), None),
         };
         let pending = Pending {
             node: Node::None,
             step: Step::Idle,
             to_watch: Vec::new(),
+            gate: None,
         };
         let token = owner_token(self.client_id, seq);
-        (token, Dir { dir, downgrade }, pending)
+        let dir = Dir {
+            dir,
+            downgrade,
+            leases,
+        };
+        (token, dir, pending)
     }
 
     fn start(&mut self, life: &mut Life, seq: u64) {
@@ -783,7 +869,9 @@ impl Backend for Zk {
                         // A waiter lost its place in line with its node. An acquire that
                         // has no node yet goes on with the next session.
                         Some(State::Pending(w))
-                            if w.state.node == Node::None && !w.state.asking() => {}
+                            if w.state.node == Node::None
+                                && w.state.gate.is_none()
+                                && !w.state.asking() => {}
                         Some(State::Pending(_)) => life.fail(self, seq, Error::SessionExpired),
                         None => {}
                     }
@@ -845,13 +933,16 @@ impl Backend for Zk {
     fn give_up(&mut self, life: &mut Life, t: &Tenure<Zk>) {
         let State::Pending(w) = &t.state else { return };
         let p = &w.state;
+        if let Some((gate, _)) = &p.gate {
+            self.clean(life, Cleanup::Delete(gate.clone()));
+        }
         match &p.node {
             Node::Created { path, .. } => self.clean(life, Cleanup::Delete(path.clone())),
             // A create that got no answer, or one still under way: the sweep's listing runs
             // after it on the session's connection and finds the node if it exists.
             Node::Uncertain | Node::None if p.node == Node::Uncertain || p.asking() => {
                 let sweep = Cleanup::Sweep {
-                    dir: t.data.dir.clone(),
+                    dir: node_dir(t, p).to_owned(),
                     token: t.token.clone(),
                 };
                 self.clean(life, sweep);

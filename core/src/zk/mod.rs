@@ -5,8 +5,9 @@
 //! under it one `EPHEMERAL_SEQUENTIAL` node per contender, `<owner token>-lock-<10-digit
 //! sequence>`. The lowest sequence holds the lock; each waiter watches only the node just
 //! before its own. The fencing token is the holder's sequence number + 1. A semaphore of N
-//! permits queues the same way under `root/escape(N).semaphore`: the N lowest hold a permit,
-//! and each waiter watches the N nodes just before its own. A read-write lock's writers and
+//! permits is Curator's `InterProcessSemaphoreV2` under `root/escape(N).semaphore`: a lock
+//! `locks` (the gate) whose holder alone adds a lease node to `leases` and holds a permit once
+//! that directory has at most N children; its token is its gate node's. A read-write lock's writers and
 //! readers queue under `root/escape(N).rwlock` as Curator's `InterProcessReadWriteLock` names
 //! them: `<token>-__WRIT__<seq>` and `<token>-__READ__<seq>`. `docs/PROTOCOL.md` describes the
 //! same thing for other implementers.
@@ -30,6 +31,8 @@ pub const PROTOCOL_VERSION: u32 = 1;
 const LOCK_MARK: &str = "-lock-";
 const WRITE_MARK: &str = "-__WRIT__";
 const READ_MARK: &str = "-__READ__";
+/// A semaphore's lease node (Curator's `InterProcessSemaphoreV2`: `_c_<uuid>-lease-<seq>`).
+const LEASE_MARK: &str = "-lease-";
 /// kazoo's `Lock` names its nodes `<32 hex>__lock__<seq>`: a contender too (dlock never
 /// creates one), so that a kazoo lock built with `extra_lock_patterns=["-lock-"]` and a dlock
 /// lock on one directory exclude each other.
@@ -132,10 +135,27 @@ pub fn lock_dir(root: &str, name: &str) -> String {
     format!("{root}/{}", escape(name))
 }
 
-/// The persistent node under which the contenders for the permits of semaphore `name` queue:
-/// apart from the lock of that name (an escaped name never contains `.`).
+/// The persistent node of semaphore `name` (Curator's `InterProcessSemaphoreV2` path), apart
+/// from the lock of that name (an escaped name never contains `.`).
 pub fn semaphore_dir(root: &str, name: &str) -> String {
     format!("{root}/{}.semaphore", escape(name))
+}
+
+/// A semaphore's gate: a lock whose holder alone adds a lease (Curator's `<path>/locks`).
+pub fn gate_dir(semaphore_dir: &str) -> String {
+    format!("{semaphore_dir}/locks")
+}
+
+/// A semaphore's leases: every child is a permit held, or the gate holder's asking for one
+/// (Curator's `<path>/leases`). It has no pin, since Curator counts every child; no token
+/// comes from its numbers.
+pub fn leases_dir(semaphore_dir: &str) -> String {
+    format!("{semaphore_dir}/leases")
+}
+
+/// The path prefix of the lease node of tenure `token` in `leases_dir`.
+pub fn lease_prefix(leases_dir: &str, token: &str) -> String {
+    format!("{leases_dir}/{token}{LEASE_MARK}")
 }
 
 /// The persistent node under which the readers and writers of read-write lock `name` queue,
@@ -146,7 +166,7 @@ pub fn rw_dir(root: &str, name: &str) -> String {
 
 /// The path prefix of the contender node of tenure `token` of `kind` (the server appends the
 /// sequence): `-__READ__` for a reader of a read-write lock, `-__WRIT__` for a writer,
-/// `-lock-` for a lock's holder and a semaphore's.
+/// `-lock-` for a lock's holder and a semaphore's gate.
 pub fn node_prefix(dir: &str, token: &str, kind: Kind) -> String {
     let mark = match kind {
         Kind::Read => READ_MARK,
@@ -172,7 +192,7 @@ pub fn is_writer(child: &str) -> bool {
 /// A contender node's owner token and sequence number; `None` for a foreign child. The
 /// sequence follows the last mark in the name.
 pub fn parse_child(child: &str) -> Option<(&str, u64)> {
-    let (token, seq) = [LOCK_MARK, WRITE_MARK, READ_MARK, KAZOO_MARK]
+    let (token, seq) = [LOCK_MARK, WRITE_MARK, READ_MARK, LEASE_MARK, KAZOO_MARK]
         .iter()
         .filter_map(|mark| child.rsplit_once(mark))
         .max_by_key(|(token, _)| token.len())?;
@@ -266,6 +286,10 @@ mod tests {
             (
                 format!("{uuid}-__READ__0000000009"),
                 Some((uuid.to_owned(), 9)),
+            ),
+            (
+                format!("{uuid}-lease-0000000011"),
+                Some((uuid.to_owned(), 11)),
             ),
             (
                 "4c1bb2a75e6f7a8b9c0d0f3b2c1e9a8d__lock__0000000010".to_owned(),

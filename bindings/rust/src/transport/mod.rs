@@ -33,6 +33,9 @@ pub(crate) enum Backend {
     /// `redis-cluster://[user:password@]host:port[,host:port…]`: the seed nodes of a Redis
     /// Cluster, each as a `redis://` URL.
     RedisCluster(Vec<String>),
+    /// `redis-cluster://…?compat=redisson`: a Redis Cluster, each lock laid out as Redisson's
+    /// `RLock`, waiters woken by sharded pub/sub.
+    RedissonCluster(Vec<String>),
     /// `redlock://[user:password@]host:port,host:port…`: independent Redis servers, each as
     /// a `redis://` URL, locked by majority (Redlock).
     Redlock(Vec<String>),
@@ -75,8 +78,8 @@ pub const BACKENDS: &[Scheme] = &[
     },
     Scheme {
         name: "redis-cluster",
-        form: "redis-cluster://[user:password@]host:port[,host:port…]",
-        about: "Redis Cluster, through its seed nodes",
+        form: "redis-cluster://[user:password@]host:port[,host:port…][?compat=redisson]",
+        about: "Redis Cluster, through its seed nodes (compat=redisson: as on one server, waiters woken by sharded pub/sub)",
     },
     Scheme {
         name: "redlock",
@@ -165,13 +168,14 @@ impl Backend {
             "zk" => Ok(Backend::ZooKeeper(ZkUrl::parse(&shown, rest)?)),
             "postgres" | "postgresql" => Ok(Backend::Postgres(PgUrl::parse(&shown, url)?)),
             "mysql" | "mariadb" => Ok(Backend::Mysql(MyUrl::parse(&shown, url)?)),
-            "redis-cluster" if rest.contains("compat=redisson") => {
-                Err(Error::Unsupported(format!(
-                    "{shown:?}: compat=redisson is for one Redis server: on a cluster Redisson wakes \
-                 its waiters by sharded pub/sub (SPUBLISH), which dlock does not speak yet"
-                )))
+            "redis-cluster" => {
+                let (url, redisson) = take_compat(url).map_err(|why| bad(why.into()))?;
+                let nodes = node_urls(&shown, &url[scheme.len() + 3..])?;
+                Ok(match redisson {
+                    true => Backend::RedissonCluster(nodes),
+                    false => Backend::RedisCluster(nodes),
+                })
             }
-            "redis-cluster" => node_urls(&shown, rest).map(Backend::RedisCluster),
             "redlock" => {
                 let nodes = node_urls(&shown, rest)?;
                 let distinct: std::collections::BTreeSet<&String> = nodes.iter().collect();
@@ -203,6 +207,9 @@ impl std::fmt::Debug for Backend {
             Backend::Redisson(url) => format!("{} (compat=redisson)", crate::redact(url)),
             Backend::RedisCluster(nodes) | Backend::Redlock(nodes) => {
                 crate::redact(&nodes.join(" "))
+            }
+            Backend::RedissonCluster(nodes) => {
+                format!("{} (compat=redisson)", crate::redact(&nodes.join(" ")))
             }
             Backend::Memory(name) => format!("memory://{name}"),
             Backend::ZooKeeper(url) => format!("zk://{}", url.hosts),
@@ -298,8 +305,14 @@ impl Transport {
                 Protocol::Redisson,
             ),
             Backend::RedisCluster(nodes) => (
-                Transport::Redis(redis::RedisTransport::connect_cluster(nodes, inbox).await?),
+                Transport::Redis(
+                    redis::RedisTransport::connect_cluster(nodes, inbox, false).await?,
+                ),
                 Protocol::Redis,
+            ),
+            Backend::RedissonCluster(nodes) => (
+                Transport::Redis(redis::RedisTransport::connect_cluster(nodes, inbox, true).await?),
+                Protocol::Redisson,
             ),
             Backend::Redlock(nodes) => (
                 Transport::Redlock(redis::RedlockTransport::connect(nodes).await?),

@@ -5,7 +5,11 @@
 //! `redis-cluster://`: the redis crate's cluster connection routes each script to the node
 //! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
 //! ASK. Wake-ups are classic PUBLISH, which a cluster broadcasts to every node, so the pub/sub
-//! connection goes to any one seed node, and to the next one when it is lost.
+//! connection goes to any one seed node, and to the next one when it is lost. In the
+//! Redisson-compatible mode a cluster's waiters listen by sharded pub/sub instead (SSUBSCRIBE,
+//! as Redisson 3.22 and later do there): a second cluster connection, in RESP3, subscribes to
+//! each channel on the node that serves its slot and subscribes again after a failover or a
+//! reconnection.
 //!
 //! `redlock://`: one self-reconnecting connection per independent server, no pub/sub. A node
 //! that is down when the client starts is connected in the background; until then its
@@ -48,12 +52,23 @@ impl Connection {
     }
 }
 
+/// Where wake-ups come from.
+#[derive(Clone)]
+enum Subscriber {
+    /// Classic pub/sub: the task that keeps its connection, and its requests.
+    Classic {
+        subscribe: mpsc::UnboundedSender<Subscription>,
+        task: Arc<tokio::task::AbortHandle>,
+    },
+    /// A cluster's sharded pub/sub: the messages arrive through the connection's push sender.
+    Sharded(ClusterConnection),
+}
+
 #[derive(Clone)]
 pub(crate) struct RedisTransport {
     con: Connection,
     scripts: Arc<BTreeMap<Script, redis::Script>>,
-    subscribe: mpsc::UnboundedSender<Subscription>,
-    pubsub: Arc<tokio::task::AbortHandle>,
+    subscriber: Subscriber,
 }
 
 impl std::fmt::Debug for RedisTransport {
@@ -80,22 +95,39 @@ impl RedisTransport {
             .map_err(fail)
     }
 
-    /// Connects to a Redis Cluster through its seed nodes (`redis://` URLs).
+    /// Connects to a Redis Cluster through its seed nodes (`redis://` URLs); with `sharded`,
+    /// wake-ups come by sharded pub/sub.
     pub(crate) async fn connect_cluster(
         nodes: &[String],
         inbox: mpsc::UnboundedSender<Input>,
+        sharded: bool,
     ) -> Result<Self, Error> {
         let fail =
             |e: String| Error::Connect(redact(&format!("redis-cluster {}: {e}", nodes.join(" "))));
-        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
-            .connection_timeout(Duration::from_secs(2))
-            .build()
-            .map_err(invalid_url)?;
-        let con = tokio::time::timeout(Duration::from_secs(5), cluster.get_async_connection())
+        let builder = || {
+            ClusterClient::builder(nodes.iter().map(String::as_str))
+                .connection_timeout(Duration::from_secs(2))
+        };
+        let con = cluster(builder().build().map_err(invalid_url)?)
             .await
-            .map_err(|_| fail("no answer within 5 s".into()))?
-            .map_err(|e| fail(e.to_string()))?;
-        ping(async { Ok(con.clone()) }).await.map_err(fail)?;
+            .map_err(fail)?;
+        if sharded {
+            let messages = builder()
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(move |push: redis::PushInfo| {
+                    if let Some(notice) = sharded_message(push) {
+                        let _ = inbox.send(Input::Notice(notice));
+                    }
+                    Ok::<(), ()>(())
+                })
+                .build()
+                .map_err(invalid_url)?;
+            return Ok(Self {
+                con: Connection::Cluster(con),
+                scripts: scripts(),
+                subscriber: Subscriber::Sharded(cluster(messages).await.map_err(fail)?),
+            });
+        }
         let clients = nodes
             .iter()
             .map(|n| redis::Client::open(n.as_str()))
@@ -129,8 +161,10 @@ impl RedisTransport {
         Ok(Self {
             con,
             scripts: scripts(),
-            subscribe,
-            pubsub: Arc::new(task.abort_handle()),
+            subscriber: Subscriber::Classic {
+                subscribe,
+                task: Arc::new(task.abort_handle()),
+            },
         })
     }
 
@@ -140,8 +174,18 @@ impl RedisTransport {
                 eval(self.con.clone(), &self.scripts, script, keys, args)
             }
             RedisOp::Subscribe { channel } => {
+                let subscribe = match &self.subscriber {
+                    Subscriber::Classic { subscribe, .. } => subscribe,
+                    Subscriber::Sharded(con) => {
+                        let mut con = con.clone();
+                        return Box::pin(async move {
+                            con.ssubscribe(channel).await.map_err(transport_error)?;
+                            Ok(Response::Redis(Value::Status("OK".into())))
+                        });
+                    }
+                };
                 let (tx, rx) = oneshot::channel();
-                let sent = self.subscribe.send((channel, tx));
+                let sent = subscribe.send((channel, tx));
                 Box::pin(async move {
                     sent.map_err(|_| {
                         TransportError::Unavailable("pub/sub connection closed".into())
@@ -157,7 +201,38 @@ impl RedisTransport {
     }
 
     pub(crate) fn close(&self) {
-        self.pubsub.abort();
+        if let Subscriber::Classic { task, .. } = &self.subscriber {
+            task.abort();
+        }
+    }
+}
+
+/// A cluster connection through `client`, once a PING went through, within 5 s.
+async fn cluster(client: ClusterClient) -> Result<ClusterConnection, String> {
+    let con = tokio::time::timeout(Duration::from_secs(5), client.get_async_connection())
+        .await
+        .map_err(|_| "no answer within 5 s".to_owned())?
+        .map_err(|e| e.to_string())?;
+    ping(async { Ok(con.clone()) }).await?;
+    Ok(con)
+}
+
+/// The notice of a sharded pub/sub message (`smessage`, channel, payload); `None` for any
+/// other push (subscription confirmations, disconnections: the connection subscribes again
+/// by itself, and waiters also look again when the holder's TTL runs out).
+fn sharded_message(push: redis::PushInfo) -> Option<Notice> {
+    let redis::PushKind::SMessage = push.kind else {
+        return None;
+    };
+    match <[redis::Value; 2]>::try_from(push.data).ok()? {
+        [
+            redis::Value::BulkString(channel),
+            redis::Value::BulkString(payload),
+        ] => Some(Notice::Message {
+            channel: String::from_utf8(channel).ok()?,
+            payload,
+        }),
+        _ => None,
     }
 }
 

@@ -12,6 +12,8 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.ZooDefs;
 import org.apache.zookeeper.data.ACL;
@@ -22,18 +24,21 @@ import org.redisson.config.Config;
 
 /**
  * One contender of the live mixed-language test (contract/tests/contention.rs), in Java with
- * Apache Curator: {@code Contend URL NAME DIR LABEL TARGET [lock|rw]}, as the Rust, Python and
- * Node workers. On a {@code redis://…?compat=redisson} URL it takes Redisson's
+ * Apache Curator: {@code Contend URL NAME DIR LABEL TARGET [lock|rw|sem]}, as the Rust, Python and
+ * Node workers. On a {@code redis://…?compat=redisson} URL (or
+ * {@code redis-cluster://host:port,…?compat=redisson}, a Redis Cluster) it takes Redisson's
  * {@code RFencedLock} on NAME (Redisson's RLock with a fencing token from the counter dlock's
  * compat mode shares). On {@code zk://} it uses Curator; with {@code zk://user:password@…} it
  * authenticates as dlock does (digest) and creates its nodes for their creator only. It takes
  * Curator's {@code InterProcessMutex} (mode {@code lock}) or, in mode
  * {@code rw}, the write lock of an {@code InterProcessReadWriteLock} and every third time its
- * read lock, on the path a dlock client uses for NAME: {@code /dlock/} + escape(NAME) (+
- * {@code .rwlock}) under the URL's chroot. The fencing token is the holder's node sequence
- * number + 1, as dlock computes it. Each write hold does a fenced read-modify-write of
- * DIR/counter; every hold appends {@code token start_ns end_ns outcome} (0 written, 1 refused
- * as stale, 2 target reached, 3 a read hold) to DIR/LABEL.log. System.nanoTime reads
+ * read lock, or in mode {@code sem} TARGET times a lease of an {@code InterProcessSemaphoreV2}
+ * of 2 leases, held for 5 ms each, on the path a dlock client uses for NAME: {@code /dlock/} +
+ * escape(NAME) (+ {@code .rwlock}, {@code .semaphore}) under the URL's chroot. The fencing
+ * token is the holder's node sequence number + 1, as dlock computes it (a lease has none: 0).
+ * Each write hold does a fenced read-modify-write of DIR/counter; every hold appends
+ * {@code token start_ns end_ns outcome} (0 written, 1 refused as stale, 2 target reached, 3 a
+ * read hold, 4 a permit) to DIR/LABEL.log. System.nanoTime reads
  * CLOCK_MONOTONIC on Linux, the clock the other workers log.
  */
 public final class Contend {
@@ -98,9 +103,17 @@ public final class Contend {
     }
 
     /** Redisson's RFencedLock on NAME until the counter reaches TARGET. */
-    static void redisson(URI url, String name, Path dir, String label, long target) throws Exception {
+    static void redisson(String url, String name, Path dir, String label, long target) throws Exception {
         Config config = new Config();
-        config.useSingleServer().setAddress("redis://" + url.getHost() + ":" + url.getPort());
+        String[] hosts = url.substring(url.indexOf("://") + 3).split("[/?]")[0].split(",");
+        if (url.startsWith("redis-cluster://")) {
+            // Redisson 3.22 and later wake a cluster's waiters by sharded pub/sub (Redis 7).
+            for (String host : hosts) {
+                config.useClusterServers().addNodeAddress("redis://" + host);
+            }
+        } else {
+            config.useSingleServer().setAddress("redis://" + hosts[0]);
+        }
         RedissonClient client = Redisson.create(config);
         RFencedLock lock = client.getFencedLock(name);
         ready(dir, label);
@@ -118,16 +131,17 @@ public final class Contend {
     }
 
     public static void main(String[] args) throws Exception {
-        URI url = URI.create(args[0]);
         String name = args[1];
         Path dir = Path.of(args[2]);
         String label = args[3];
         long target = Long.parseLong(args[4]);
-        boolean rw = args.length > 5 && args[5].equals("rw");
-        if (url.getScheme().equals("redis")) {
-            redisson(url, name, dir, label, target);
+        String mode = args.length > 5 ? args[5] : "lock";
+        boolean rw = mode.equals("rw");
+        if (args[0].startsWith("redis")) {
+            redisson(args[0], name, dir, label, target);
             return;
         }
+        URI url = URI.create(args[0]);
         String chroot = url.getPath() == null ? "" : url.getPath();
         CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
                 .connectString(url.getHost() + ":" + url.getPort() + chroot)
@@ -155,10 +169,19 @@ public final class Contend {
         String path = "/dlock/" + escape(name);
         FencedMutex mutex = new FencedMutex(client, path);
         InterProcessReadWriteLock rwLock = new InterProcessReadWriteLock(client, path + ".rwlock");
+        InterProcessSemaphoreV2 semaphore = new InterProcessSemaphoreV2(client, path + ".semaphore", 2);
         Path counter = dir.resolve("counter");
         ready(dir, label);
         ByteArrayOutputStream log = new ByteArrayOutputStream();
-        int outcome = 0;
+        for (long i = 0; mode.equals("sem") && i < target; i++) {
+            Lease lease = semaphore.acquire();
+            long start = System.nanoTime();
+            Thread.sleep(5);
+            long end = System.nanoTime();
+            semaphore.returnLease(lease);
+            log.writeBytes(line(0, start, end, 4).getBytes(StandardCharsets.UTF_8));
+        }
+        int outcome = mode.equals("sem") ? 2 : 0;
         for (int i = 0; outcome != 2; i++) {
             long token;
             long start;
