@@ -49,9 +49,15 @@ export interface LockOptions {
    * refuses it.
    */
   fair?: boolean
+  /**
+   * 'redisson' (redis:// and redis-cluster://): lay this lock out as Redisson's RLock, shared
+   * with Java services, as every lock of a `?compat=redisson` client is; the first such lock
+   * connects a second client beside this one. Not fair.
+   */
+  compat?: 'redisson' | null
 }
 
-export interface SemaphoreOptions extends Omit<LockOptions, 'owner'> {
+export interface SemaphoreOptions extends Omit<LockOptions, 'owner' | 'compat'> {
   /** The semaphore's number of permits, 1 to 1024; every client must give the same. */
   permits: number
 }
@@ -97,7 +103,7 @@ export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock
   /** Several locks as one: all or none, in canonical order (sorted names); not reentrant. */
-  multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair'>): MultiLock
+  multiLock(names: string[], options?: Omit<LockOptions, 'owner' | 'fair' | 'compat'>): MultiLock
   /** Many readers or one writer; `read()` and `write()` give its holds (Redis, ZooKeeper). */
   rwLock(name: string, options?: { owner?: number }): RwLock
   /** At most `permits` holders at a time; each acquire takes a permit of its own. */
@@ -125,6 +131,7 @@ export declare abstract class Acquirable {
   readonly waitMs: number | null
   readonly maxHoldMs: number | null
   readonly fair: boolean
+  readonly compat: string | null
   /** Rejects with DLOCK_TIMEOUT when `waitMs` runs out, or with the signal's reason when aborted. */
   acquire(options?: AcquireOptions): Promise<Held>
   tryAcquire(): Promise<Held | null>
@@ -145,8 +152,8 @@ export declare class RwLock {
   private constructor()
   readonly name: string
   readonly owner: number
-  read(options?: Omit<LockOptions, 'owner' | 'fair'>): Lock
-  write(options?: Omit<LockOptions, 'owner' | 'fair'>): Lock
+  read(options?: Omit<LockOptions, 'owner' | 'fair' | 'compat'>): Lock
+  write(options?: Omit<LockOptions, 'owner' | 'fair' | 'compat'>): Lock
 }
 
 export declare class Semaphore extends Acquirable {

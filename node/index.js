@@ -72,10 +72,12 @@ class Client {
   }
 
   /**
-   * A lock to acquire: `{ leaseMs = 30000, waitMs, maxHoldMs, owner, fair = true }`.
+   * A lock to acquire: `{ leaseMs = 30000, waitMs, maxHoldMs, owner, fair = true, compat }`.
    * `fair: false` (Redis) takes a free lock even when others queue and frees it on release
    * instead of handing it to the next in line: more throughput when some contenders are slow
-   * to answer, no order.
+   * to answer, no order. `compat: 'redisson'` (redis:// and redis-cluster://) lays this lock
+   * out as Redisson's RLock, shared with Java services, as every lock of a `?compat=redisson`
+   * client is (the first such lock connects a second client beside this one).
    */
   lock(name, options = {}) {
     return new Lock(this.#native, name, options)
@@ -178,19 +180,21 @@ class Client {
 class Acquirable {
   #native
 
-  constructor(inner, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, fair = true } = {}) {
+  constructor(inner, { leaseMs = DEFAULT_LEASE_MS, waitMs = null, maxHoldMs = null, fair = true, compat = null } = {}) {
     if (typeof fair !== 'boolean') throw invalid('fair must be a boolean')
+    if (compat !== null && typeof compat !== 'string') throw invalid('compat must be a string')
     this.#native = inner
     this.leaseMs = leaseMs
     this.waitMs = waitMs
     this.maxHoldMs = maxHoldMs
     this.fair = fair
+    this.compat = compat
   }
 
   /** What to acquire, as the addon takes it (the subclass names it). */
   _spec() {
-    const { leaseMs, maxHoldMs, fair } = this
-    return { leaseMs, maxHoldMs, fair }
+    const { leaseMs, maxHoldMs, fair, compat } = this
+    return { leaseMs, maxHoldMs, fair, compat }
   }
 
   /**

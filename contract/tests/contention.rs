@@ -461,7 +461,7 @@ fn four_runtimes_share_one_lock_on_postgres_then_on_mariadb() {
 /// Prints the hand-off between the two sides.
 #[test]
 #[ignore = "needs the Python wheel, the Node addon and the JVM worker: run by `just interop`"]
-fn curator_and_dlock_share_a_lock_and_a_rw_lock_on_zookeeper() {
+fn curator_and_dlock_share_a_lock_a_rw_lock_and_a_semaphore_on_zookeeper() {
     let zk = ZkEnsemble::start(1);
     let dlock = &WITH_JAVA[..3];
     // Last, with digest credentials under a chroot that a dlock client creates first (with

@@ -120,6 +120,7 @@ pub struct Spec {
     pub max_hold_ms: Option<f64>,
     pub owner: Option<i64>,
     pub fair: Option<bool>,
+    pub compat: Option<String>,
 }
 
 impl Spec {
@@ -141,6 +142,7 @@ impl Spec {
         spec.max_hold = optional_millis("maxHoldMs", self.max_hold_ms)?;
         spec.owner = self.owner.map(|o| o as u64);
         spec.fair = self.fair.unwrap_or(true);
+        spec.compat(self.compat.as_deref()).map_err(js_error)?;
         Ok(spec)
     }
 }

@@ -73,6 +73,7 @@ class Acquirable(ABC, Generic[HeldT]):
         on_lost: Optional[OnLost],
         fair: bool,
         owners: Owners,
+        compat: Optional[str] = None,
     ) -> None:
         self.client = client
         self.lease = lease
@@ -80,6 +81,7 @@ class Acquirable(ABC, Generic[HeldT]):
         self.max_hold = max_hold
         self.on_lost = on_lost
         self.fair = fair
+        self.compat = compat
         self._owners = owners
 
     @abstractmethod
@@ -88,7 +90,7 @@ class Acquirable(ABC, Generic[HeldT]):
 
     def _spec(self) -> Dict[str, Any]:
         spec: Dict[str, Any] = {"name": None, "names": None, "permits": None, "rw": None}
-        spec.update(lease=self.lease, wait=self.wait, max_hold=self.max_hold, fair=self.fair)
+        spec.update(lease=self.lease, wait=self.wait, max_hold=self.max_hold, fair=self.fair, compat=self.compat)
         spec["owner"] = self._owners.owner()
         spec.update(self._target())
         return spec
@@ -268,6 +270,7 @@ class ClientBase(Generic[LockT, MultiT, RwT, SemT]):
         max_hold: Optional[float] = None,
         on_lost: Optional[OnLost] = None,
         fair: bool = True,
+        compat: Optional[str] = None,
     ) -> LockT:
         """A lock to acquire. ``lease`` is renewed while held; ``wait`` bounds its acquire
         (None: as long as it takes); ``max_hold`` stops renewal; ``on_lost(held, reason)`` is
@@ -275,13 +278,24 @@ class ClientBase(Generic[LockT, MultiT, RwT, SemT]):
         loop, awaited if it is a coroutine function). ``fair=False`` (Redis): take the lock
         when it is free even if others queue, and on release free it for anyone instead of
         handing it to the next in line: more throughput when some contenders are slow to
-        answer, no order (ZooKeeper refuses it). The lock is also a decorator::
+        answer, no order (ZooKeeper refuses it). ``compat="redisson"`` (redis:// and
+        redis-cluster://): lay this lock out as Redisson's ``RLock``, shared with Java services,
+        as every lock of a ``?compat=redisson`` client is (the first such lock connects a
+        second client beside this one). The lock is also a decorator::
 
             @client.lock("nightly-report", wait=0)
             def report() -> None: ...
         """
         return self._lock_class(
-            self, name, lease=lease, wait=wait, max_hold=max_hold, on_lost=on_lost, fair=fair, owners=self._owners()
+            self,
+            name,
+            lease=lease,
+            wait=wait,
+            max_hold=max_hold,
+            on_lost=on_lost,
+            fair=fair,
+            owners=self._owners(),
+            compat=compat,
         )
 
     def multi_lock(

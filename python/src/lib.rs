@@ -265,6 +265,7 @@ struct Spec {
     max_hold: Option<f64>,
     owner: Option<u64>,
     fair: bool,
+    compat: Option<String>,
 }
 
 impl Spec {
@@ -289,6 +290,7 @@ impl Spec {
         spec.max_hold = optional_seconds(py, "max_hold", self.max_hold)?;
         spec.owner = self.owner;
         spec.fair = self.fair;
+        spec.compat(self.compat.as_deref()).map_err(rust)?;
         Ok(spec)
     }
 }

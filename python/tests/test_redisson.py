@@ -80,6 +80,22 @@ def test_only_locks_and_one_server(redis: RedisServer) -> None:
             dlock.connect(url)
 
 
+def test_one_lock_of_a_plain_client_in_redissons_layout(redis: RedisServer) -> None:
+    client = dlock.connect(redis.url)
+    raw = redis_py.Redis(port=redis.port)
+    with client.lock("report", compat="redisson") as held:
+        assert len(raw.hgetall("report")) == 1, "Redisson's hash at the raw name"
+        assert held.fencing_token == int(raw.get("redisson_lock_token:{report}"))
+        assert raw.eval(REDISSON_LOCK, 1, "report", 60_000, FIELD) > 0, "Redisson sees the holder"
+        other = client.lock("report").try_acquire()
+        assert other is not None, "the client's own layout is another lock"
+        other.release()
+    assert not raw.exists("report")
+    with pytest.raises(dlock.InvalidArgument, match="compat"):
+        client.lock("report", compat="curator").try_acquire()
+    client.close()
+
+
 def test_on_a_cluster_redissons_sharded_unlock_wakes_a_dlock_waiter(redis_cluster: RedisCluster) -> None:
     # Waiters that look again only every 2 minutes unless woken: the unlock's message it is.
     client = dlock.connect(f"{redis_cluster.url}?compat=redisson", waiter_lease=120.0)

@@ -40,9 +40,14 @@ struct Inner {
     request_timeout: Duration,
     /// The origin of the engine's clock (the driver's too).
     base: tokio::time::Instant,
+    /// On redis:// and redis-cluster://: how to connect the client's Redisson-compatible
+    /// companion (the same URL with `compat=redisson`, the same options but lock-delay), for
+    /// the locks that ask for Redisson's layout, and the companion once connected.
+    redisson: Option<(ClientBuilder, tokio::sync::OnceCell<Client>)>,
 }
 
 /// Options for [`Client`]; start with [`Client::builder`].
+#[derive(Clone)]
 pub struct ClientBuilder {
     url: String,
     waiter_lease: Option<Duration>,
@@ -118,6 +123,15 @@ impl ClientBuilder {
     /// Connects. Fails on a malformed or unsupported URL, or an unreachable backend.
     pub async fn connect(self) -> Result<Client, Error> {
         let backend = Backend::parse(&self.url)?;
+        let redisson = matches!(backend, Backend::Redis(_) | Backend::RedisCluster(_)).then(|| {
+            let separator = if self.url.contains('?') { '&' } else { '?' };
+            let companion = ClientBuilder {
+                url: format!("{}{separator}compat=redisson", self.url),
+                lock_delay: None,
+                ..self.clone()
+            };
+            (companion, tokio::sync::OnceCell::new())
+        });
         let client_id = random_client_id()?;
         let mut config = Config::new(client_id);
         if let Some(d) = self.waiter_lease {
@@ -179,6 +193,7 @@ impl ClientBuilder {
                 client_id,
                 request_timeout,
                 base,
+                redisson,
             }),
         })
     }
@@ -198,7 +213,7 @@ impl Client {
             waiter_lease: None,
             request_timeout: None,
             lock_delay: None,
-            machine: Box::new(crate::machine::native),
+            machine: Arc::new(crate::machine::native),
         }
     }
 
@@ -218,6 +233,7 @@ impl Client {
             owner: None,
             fair: true,
             kind: Kind::Mutex,
+            redisson: false,
         }
     }
 
@@ -348,6 +364,22 @@ impl Client {
         }
     }
 
+    /// The client that lays locks out as Redisson's: this one on a `compat=redisson` URL, else
+    /// its companion, connected on first use.
+    async fn redisson(&self) -> Result<Client, Error> {
+        if self.inner.protocol == Protocol::Redisson {
+            return Ok(self.clone());
+        }
+        let Some((builder, companion)) = &self.inner.redisson else {
+            return Err(Error::Unsupported(
+                "Redisson's lock layout is a Redis one: use a redis:// or redis-cluster:// client"
+                    .into(),
+            ));
+        };
+        let connect = || builder.clone().connect();
+        companion.get_or_try_init(connect).await.cloned()
+    }
+
     fn next_id(&self) -> u64 {
         self.inner.ids.fetch_add(1, Ordering::Relaxed)
     }
@@ -385,6 +417,7 @@ pub struct LockBuilder {
     owner: Option<u64>,
     fair: bool,
     kind: Kind,
+    redisson: bool,
 }
 
 impl LockBuilder {
@@ -426,6 +459,17 @@ impl LockBuilder {
         self
     }
 
+    /// Lays this lock out as Redisson's `RLock` (PROTOCOL.md §19), as every lock of a client
+    /// connected with `?compat=redisson` is, so that a Java service on Redisson shares it,
+    /// while this client's other locks keep dlock's layout. On redis:// and redis-cluster://
+    /// clients: the first such acquire connects a second client beside this one (same URL
+    /// and options, no lock-delay), which every later one shares; elsewhere it fails
+    /// [`Error::Unsupported`]. Not fair (Redisson's waiters race) and for locks only.
+    pub fn redisson(mut self) -> Self {
+        self.redisson = true;
+        self
+    }
+
     /// Waits for the lock (up to [`wait`](Self::wait)). Dropping the future leaves the queue.
     pub async fn acquire(self) -> Result<Guard, Error> {
         let wait = self.wait;
@@ -441,7 +485,10 @@ impl LockBuilder {
     /// busy). This overrides [`wait`](Self::wait); it is how bindings pass a wait through.
     pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
         let span = tracing::debug_span!("acquire", lock = %self.name);
-        let client = self.client;
+        let client = match self.redisson {
+            true => self.client.redisson().await?,
+            false => self.client,
+        };
         let owner = self.owner.unwrap_or_else(|| client.next_id());
         let name = self.name;
         let granted = acquire(&client, Waiter::Acquire, |op| {

@@ -48,9 +48,10 @@ impl Machine for Engine {
     }
 }
 
-/// Makes a client's engine from its configuration and start time.
+/// Makes a client's engine from its configuration and start time (called again for the
+/// Redisson-compatible companion of a client whose locks ask for it, [`crate::LockBuilder::redisson`]).
 pub type MachineFactory =
-    Box<dyn FnOnce(Config, Instant) -> Result<Box<dyn Machine>, Error> + Send>;
+    std::sync::Arc<dyn Fn(Config, Instant) -> Result<Box<dyn Machine>, Error> + Send + Sync>;
 
 /// The default: dlock-core's engine, natively.
 pub(crate) fn native(config: Config, now: Instant) -> Result<Box<dyn Machine>, Error> {

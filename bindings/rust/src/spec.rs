@@ -66,6 +66,9 @@ pub struct LockSpec {
     pub owner: Option<u64>,
     /// First come, first served (the default); see [`crate::LockBuilder::fair`].
     pub fair: bool,
+    /// Redisson's lock layout for this lock (hosts: `compat="redisson"`); see
+    /// [`crate::LockBuilder::redisson`]. Locks only.
+    pub redisson: bool,
 }
 
 impl LockSpec {
@@ -78,7 +81,23 @@ impl LockSpec {
             max_hold: None,
             owner: None,
             fair: true,
+            redisson: false,
         }
+    }
+
+    /// Sets [`redisson`](Self::redisson) from a host's `compat` option: `"redisson"`, the one
+    /// layout there is to be compatible with (as in a URL's `?compat=redisson`).
+    pub fn compat(&mut self, compat: Option<&str>) -> Result<(), Error> {
+        self.redisson = match compat {
+            None => false,
+            Some("redisson") => true,
+            Some(other) => {
+                return Err(Error::InvalidArgument(format!(
+                    "compat takes one value, \"redisson\", not {other:?}"
+                )));
+            }
+        };
+        Ok(())
     }
 
     /// The lock, semaphore or read-write hold named `name`, as a host names it: `permits`
@@ -106,6 +125,10 @@ impl LockSpec {
     /// connecting.
     pub fn check(&self) -> Result<(), Error> {
         match self.primitive {
+            Primitive::Lock { .. } => Ok(()),
+            _ if self.redisson => Err(Error::InvalidArgument(
+                "compat=\"redisson\" is for locks: Redisson's semaphores and read-write locks are other layouts".into(),
+            )),
             Primitive::Multi { .. } if !self.fair => Err(Error::InvalidArgument(
                 "a multi-lock is fair: its locks are taken in one order, each first come, first served".into(),
             )),
@@ -156,6 +179,9 @@ impl LockSpec {
             } => client.rw_lock(name.clone()).write(),
         };
         let mut lock = lock.lease(self.lease).fair(self.fair);
+        if self.redisson {
+            lock = lock.redisson();
+        }
         if let Some(max_hold) = self.max_hold {
             lock = lock.max_hold(max_hold);
         }

@@ -62,6 +62,23 @@ async fn redisson_holds_and_dlock_waits(
     tokio::spawn(async move { client.lock("invoice").acquire().await })
 }
 
+/// Redisson unlocks "invoice" (publishing with `publish`): the waiter takes it at once (its
+/// client would look again only in 2 minutes, the lease is a minute).
+async fn redisson_unlock_wakes(
+    waiter: tokio::task::JoinHandle<Result<dlock::Guard, Error>>,
+    con: &mut impl redis::aio::ConnectionLike,
+    publish: &str,
+) -> dlock::Guard {
+    let released = Instant::now();
+    redisson_unlock(con, "invoice", publish).await;
+    let held = waiter.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(30),
+        "woken by the message, not by the 60 s lease"
+    );
+    held
+}
+
 const FIELD: &str = "4f0e5b1c-7a2d-4e9b-9c3f-1d2e3f4a5b6c:1";
 
 async fn redisson_lock(
@@ -163,13 +180,7 @@ async fn a_redisson_holder_excludes_dlock_and_its_release_wakes_dlock() {
         subs.first().is_some_and(|(_, n)| *n > 0)
     })
     .await;
-    let released = Instant::now();
-    redisson_unlock(&mut con, "invoice", "publish").await;
-    let held = waiter.await.unwrap().unwrap();
-    assert!(
-        released.elapsed() < Duration::from_secs(30),
-        "woken by the message, not by the 60 s lease"
-    );
+    let held = redisson_unlock_wakes(waiter, &mut con, "publish").await;
     // Now dlock holds: Redisson's acquire gets the PTTL, and dlock's release publishes 0.
     let pttl = redisson_lock(&mut con, "invoice", 60_000).await;
     assert!(pttl.is_some_and(|t| t > 0), "{pttl:?}");
@@ -255,13 +266,7 @@ async fn on_a_cluster_redisson_and_dlock_wake_each_other_by_sharded_pub_sub() {
         subs.lines().nth(1).is_some_and(|n| n.trim() != "0")
     })
     .await;
-    let released = Instant::now();
-    redisson_unlock(&mut con, "invoice", "spublish").await;
-    let held = waiter.await.unwrap().unwrap();
-    assert!(
-        released.elapsed() < Duration::from_secs(30),
-        "woken by the message, not by the 60 s lease"
-    );
+    let held = redisson_unlock_wakes(waiter, &mut con, "spublish").await;
     let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
     let mut listener = cluster_client(Some(tx))
         .get_async_connection()
@@ -277,6 +282,66 @@ async fn on_a_cluster_redisson_and_dlock_wake_each_other_by_sharded_pub_sub() {
         }
     }
     assert_eq!(redisson_lock(&mut con, "invoice", 60_000).await, None);
+}
+
+/// One client, two layouts: a lock that asks for Redisson's (`LockBuilder::redisson`) is
+/// Redisson's hash at the raw name and excludes a `?compat=redisson` client, while the
+/// client's other locks keep dlock's keys. Elsewhere than on Redis it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lock_of_a_plain_client_in_redissons_layout() {
+    let server = RedisServer::start();
+    let plain = connect(&server.url()).await.unwrap();
+    let compat = connect(&url(&server)).await.unwrap();
+    let mut con = raw(&server).await;
+    let held = plain.lock("orders/42").redisson().acquire().await.unwrap();
+    let fields: Vec<(String, String)> = con.hgetall("orders/42").await.unwrap();
+    assert_eq!(
+        fields.len(),
+        1,
+        "Redisson's hash at the raw name: {fields:?}"
+    );
+    let counter: u64 = con.get("redisson_lock_token:{orders/42}").await.unwrap();
+    assert_eq!(counter, held.fencing_token());
+    assert!(
+        compat
+            .lock("orders/42")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        plain
+            .lock("orders/42")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some(),
+        "dlock's own layout is another lock"
+    );
+    held.release().await.unwrap();
+    assert!(
+        compat
+            .lock("orders/42")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let memory = connect("memory://redisson-per-lock").await.unwrap();
+    let err = memory.lock("x").redisson().try_acquire().await.unwrap_err();
+    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+    let err = plain
+        .semaphore("pool", 2)
+        .redisson()
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_misuse(), "{err:?}");
+    let mut spec = dlock::LockSpec::named("pool".into(), Some(2), None).unwrap();
+    spec.compat(Some("redisson")).unwrap();
+    assert!(spec.check().unwrap_err().is_misuse());
+    assert!(spec.compat(Some("curator")).unwrap_err().is_misuse());
 }
 
 #[tokio::test]

@@ -132,7 +132,7 @@ impl WasmComponent {
     /// A factory for [`dlock::ClientBuilder::machine`].
     pub fn factory(&self) -> MachineFactory {
         let component = self.clone();
-        Box::new(move |config, now| {
+        std::sync::Arc::new(move |config, now| {
             let machine = component
                 .start(config, now)
                 .map_err(|e| dlock::Error::Machine(e.0))?;
