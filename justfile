@@ -33,7 +33,7 @@ test: setup
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
     # The simulation and the model checker run below, in release builds.
     cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation --skip model_check
-    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson
+    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
     just python-test
     just node-test
     just interop

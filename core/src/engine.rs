@@ -16,6 +16,18 @@ use crate::zk::machine::Zk;
 use crate::{redis, redisson, sql, zk};
 
 impl Protocol {
+    /// Refuses an election where the protocol offers none, before anything is sent: one
+    /// Redis (and Redis Cluster, and `memory://`) offers them.
+    pub fn check_elections(&self) -> Result<(), Error> {
+        Err(crate::lock::no_elections(match self {
+            Protocol::Redis => return Ok(()),
+            Protocol::Redisson => "the Redisson-compatible layout",
+            Protocol::ZooKeeper(_) => "ZooKeeper",
+            Protocol::Redlock { .. } => "Redlock",
+            Protocol::Sql(_) => "SQL",
+        }))
+    }
+
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
     /// node on Redlock. Answer each with [`Protocol::parse_status`]. Checks the name first.
     pub fn status_requests(&self, name: &str) -> Result<Vec<Op>, Error> {

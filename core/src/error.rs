@@ -14,6 +14,8 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 pub const MAX_MULTI: usize = 64;
 /// Most permits of one semaphore (every permit script reads each holder).
 pub const MAX_PERMITS: u32 = 1024;
+/// Longest value an election's leader may publish, in bytes of UTF-8.
+pub const MAX_VALUE_LEN: usize = 4096;
 /// Longest lease the engine accepts.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 

@@ -98,12 +98,14 @@ pub use base::check_name;
 pub use config::{Config, DEFAULT_ZK_ROOT, Protocol, ZkSettings};
 pub use engine::Engine;
 pub use error::{
-    Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE, TransportError,
+    Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MAX_VALUE_LEN, MIN_LEASE,
+    TransportError,
 };
 pub use owner::{owner_token, token_seq};
 pub use status::{HoldInfo, LockStatus};
 pub use time::{Instant, drift};
 pub use types::{
-    Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, Kind, LostReason, Member,
-    NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Reply, Request, RequestId, Response, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Event, HoldId, Input, Kind, Leader, LostReason,
+    Member, NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS, Reply, Request, RequestId,
+    Response, Wait,
 };

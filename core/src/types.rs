@@ -140,9 +140,30 @@ pub enum Command {
         lease: Duration,
     },
     /// Stop waiting: the pending acquire `op` ends with [`NotAcquired::Cancelled`] and leaves
-    /// the queue. A no-op if that acquire has already ended.
+    /// the queue; an [`Command::Observe`] ends the same way. A no-op if that command has
+    /// already ended.
     Cancel {
         op: OpId,
+    },
+    /// Publish `value` (at most [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes) as the leader
+    /// of the election named as the lock `hold` holds: an election is a lock whose holder
+    /// publishes a value, and its term is the tenure's fencing token. Ends in
+    /// [`Event::Proclaimed`]; later proclaims replace the value within the term. A hold that
+    /// has proclaimed resigns when it is released, telling the observers. Redis, Redis
+    /// Cluster and `memory://`.
+    Proclaim {
+        op: OpId,
+        hold: HoldId,
+        value: String,
+    },
+    /// Follow the leader of election `name`: an [`Event::Leader`] at once with the current
+    /// leader, then one for each change (a new term, a new value, or none once the lock is
+    /// free), until [`Command::Cancel`] ends it with [`NotAcquired::Cancelled`]. Pushed by
+    /// the leaders' messages, and read again when the leader's lease would run out, so a
+    /// leader that dies silently is noticed within its lease.
+    Observe {
+        op: OpId,
+        name: String,
     },
 }
 
@@ -152,9 +173,11 @@ impl Command {
         match self {
             Command::Acquire(a) => a.op,
             Command::AcquireMulti(m) => m.op,
-            Command::Release { op, .. } | Command::Extend { op, .. } | Command::Cancel { op } => {
-                *op
-            }
+            Command::Release { op, .. }
+            | Command::Extend { op, .. }
+            | Command::Cancel { op }
+            | Command::Proclaim { op, .. }
+            | Command::Observe { op, .. } => *op,
         }
     }
 }
@@ -331,6 +354,20 @@ pub enum Event {
     Renewed { hold: HoldId, valid_until: Instant },
     /// A hold is gone. Stop using the resource: only fencing protects it from here on.
     Lost { hold: HoldId, reason: LostReason },
+    /// Terminal for a proclaim: the value is published under `term`, the hold's fencing
+    /// token.
+    Proclaimed { op: OpId, hold: HoldId, term: u64 },
+    /// Observe `op` saw the election's leader change (the first one reports the leader at
+    /// the start). Terms only grow from one event to the next.
+    Leader { op: OpId, leader: Option<Leader> },
+}
+
+/// An election's leader: its term (the fencing token of the tenure that leads) and the value
+/// it proclaimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    pub term: u64,
+    pub value: String,
 }
 
 impl Event {
@@ -342,8 +379,9 @@ impl Event {
             | Event::NotAcquired { op, .. }
             | Event::Released { op, .. }
             | Event::Extended { op, .. }
-            | Event::Failed { op, .. } => Some(*op),
-            Event::Renewed { .. } | Event::Lost { .. } => None,
+            | Event::Failed { op, .. }
+            | Event::Proclaimed { op, .. } => Some(*op),
+            Event::Renewed { .. } | Event::Lost { .. } | Event::Leader { .. } => None,
         }
     }
 }

@@ -175,7 +175,10 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
         }
     };
     let (lease, waiter_lease) = (lease(), lease());
-    match rng.below(22) {
+    match rng.below(25) {
+        22 => redis::proclaim(&keys, token, ["", "a:1", "b b"][rng.below(3) as usize]),
+        23 => redis::resign(&keys, token),
+        24 => redis::leader(&keys),
         17..=19 => {
             let hold = rw_hold(rng);
             let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];

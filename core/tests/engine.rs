@@ -6,8 +6,8 @@ use dlock_core::redis::reference::Store;
 use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
-    Kind, LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output, RESERVED_IDS,
-    Request, Response, Wait, drift,
+    Kind, Leader, LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output,
+    RESERVED_IDS, Request, Response, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -22,6 +22,8 @@ struct Bed {
     /// Requests a client sent while its link was cut: never answered.
     cut: Vec<bool>,
     sent: Vec<Vec<RedisOp>>,
+    /// The channels each client subscribed to besides its wake-up channel (elections').
+    subscribed: Vec<Vec<String>>,
 }
 
 impl Bed {
@@ -37,6 +39,7 @@ impl Bed {
             events: vec![Vec::new(); clients],
             cut: vec![false; clients],
             sent: vec![Vec::new(); clients],
+            subscribed: vec![Vec::new(); clients],
         };
         bed.settle();
         bed
@@ -101,7 +104,12 @@ impl Bed {
             return;
         }
         let reply = match op {
-            RedisOp::Subscribe { .. } => Ok(Value::Status("OK".into())),
+            RedisOp::Subscribe { channel } => {
+                if channel != self.engines[c].wake_channel() {
+                    self.subscribed[c].push(channel);
+                }
+                Ok(Value::Status("OK".into()))
+            }
             RedisOp::Eval { script, keys, args } => {
                 let ms = EPOCH_MS + self.now.as_nanos() / 1_000_000;
                 let outcome = self
@@ -109,13 +117,16 @@ impl Bed {
                     .eval(ms, script, &keys, &args)
                     .expect("script runs");
                 for (channel, payload) in outcome.published {
-                    if let Some(to) = self
-                        .engines
-                        .iter()
-                        .position(|e| e.wake_channel() == channel)
-                    {
-                        let notice = Notice::Message { channel, payload };
-                        self.engines[to].handle_input(self.now, Input::Notice(notice));
+                    for to in 0..self.engines.len() {
+                        if self.engines[to].wake_channel() == channel
+                            || self.subscribed[to].contains(&channel)
+                        {
+                            let notice = Notice::Message {
+                                channel: channel.clone(),
+                                payload: payload.clone(),
+                            };
+                            self.engines[to].handle_input(self.now, Input::Notice(notice));
+                        }
                     }
                 }
                 Ok(outcome.reply)
@@ -1620,5 +1631,232 @@ fn a_read_hold_is_never_upgraded_and_bad_rw_acquires_are_refused() {
     refused_on(
         dlock_core::Protocol::Redlock { nodes: 3 },
         rw(1, "doc", 1, true, Wait::No),
+    );
+}
+
+fn leader(term: u64, value: &str) -> Option<Leader> {
+    Some(Leader {
+        term,
+        value: value.into(),
+    })
+}
+
+fn proclaim(op: u64, hold: HoldId, value: &str) -> Command {
+    Command::Proclaim {
+        op: OpId(op),
+        hold,
+        value: value.into(),
+    }
+}
+
+/// The leaders observe `op` reported.
+fn seen(events: &[Event], op: u64) -> Vec<Option<Leader>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Leader { op: o, leader } if o.0 == op => Some(leader.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_election_leader_proclaims_resigns_and_observers_hear_every_change() {
+    let mut bed = Bed::new(3);
+    let observe = Command::Observe {
+        op: OpId(9),
+        name: "e".into(),
+    };
+    bed.cmd(2, observe);
+    assert_eq!(seen(&bed.take(2), 9), [None], "nobody leads yet");
+
+    bed.acquire(0, 1, "e", Wait::Forever);
+    let (hold, term, _) = acquired(&bed.take(0));
+    // Held but not proclaimed: no leader yet, and no news for the observer.
+    bed.advance(SEC);
+    assert_eq!(seen(&bed.take(2), 9), Vec::<Option<Leader>>::new());
+    bed.cmd(0, proclaim(2, hold, "a:1"));
+    assert_eq!(
+        bed.take(0),
+        [Event::Proclaimed {
+            op: OpId(2),
+            hold,
+            term
+        }]
+    );
+    assert_eq!(seen(&bed.take(2), 9), [leader(term, "a:1")]);
+
+    bed.acquire(1, 1, "e", Wait::Forever);
+    assert!(bed.take(1).is_empty(), "the second candidate queues");
+    bed.cmd(0, proclaim(3, hold, "a:2"));
+    assert_eq!(
+        seen(&bed.take(2), 9),
+        [leader(term, "a:2")],
+        "a new value, same term"
+    );
+
+    bed.take_sent(0);
+    bed.cmd(0, Command::Release { op: OpId(4), hold });
+    assert!(
+        matches!(
+            &bed.take_sent(0)[..],
+            [RedisOp::Eval {
+                script: redis::Script::Resign,
+                ..
+            }]
+        ),
+        "a leader's final release resigns"
+    );
+    let (hold1, term1, _) = acquired(&bed.take(1));
+    assert!(term1 > term);
+    bed.cmd(1, proclaim(2, hold1, "b:1"));
+    let heard = seen(&bed.take(2), 9);
+    assert_eq!(heard.last(), Some(&leader(term1, "b:1")));
+    assert!(heard.len() <= 2 && heard[..heard.len() - 1].iter().all(Option::is_none));
+
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(3),
+            hold: hold1,
+        },
+    );
+    assert_eq!(seen(&bed.take(2), 9), [None], "free after the last resigns");
+
+    bed.cmd(2, Command::Cancel { op: OpId(9) });
+    let reason = NotAcquired::Cancelled;
+    assert_eq!(
+        bed.take(2),
+        [Event::NotAcquired {
+            op: OpId(9),
+            reason
+        }]
+    );
+    bed.take_sent(2);
+    bed.advance(60 * SEC);
+    assert!(
+        bed.take_sent(2).is_empty(),
+        "a cancelled observer reads no more"
+    );
+}
+
+#[test]
+fn an_observer_notices_a_leader_that_dies_silently_within_its_lease() {
+    let mut bed = Bed::new(2);
+    bed.cmd(0, acquire(1, "e", 1, 10 * SEC, Wait::Forever));
+    let (hold, term, _) = acquired(&bed.take(0));
+    bed.cmd(0, proclaim(2, hold, "a"));
+    bed.cmd(
+        1,
+        Command::Observe {
+            op: OpId(5),
+            name: "e".into(),
+        },
+    );
+    assert_eq!(seen(&bed.take(1), 5), [leader(term, "a")]);
+    // The leader's process dies: nothing more from it, not even a release.
+    bed.cut[0] = true;
+    bed.advance(9 * SEC);
+    assert_eq!(seen(&bed.take(1), 5), Vec::<Option<Leader>>::new());
+    let reads = bed
+        .take_sent(1)
+        .iter()
+        .filter(|op| {
+            matches!(
+                op,
+                RedisOp::Eval {
+                    script: redis::Script::Leader,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(
+        reads <= 4,
+        "{reads} reads in 9 s: one per waiter lease (3 s) at most"
+    );
+    bed.advance(2 * SEC);
+    assert_eq!(
+        seen(&bed.take(1), 5),
+        [None],
+        "seen free once its lease ran out"
+    );
+}
+
+#[test]
+fn elections_refuse_what_they_cannot_do_and_observers_end_on_close() {
+    let mut bed = Bed::new(1);
+    bed.cmd(0, proclaim(1, HoldId(77), "v"));
+    assert!(matches!(
+        &bed.take(0)[..],
+        [Event::Failed {
+            error: Error::NotHeld { .. },
+            ..
+        }]
+    ));
+    bed.acquire(0, 2, "e", Wait::Forever);
+    let (hold, ..) = acquired(&bed.take(0));
+    bed.cmd(
+        0,
+        proclaim(3, hold, &"v".repeat(dlock_core::MAX_VALUE_LEN + 1)),
+    );
+    assert!(matches!(
+        &bed.take(0)[..],
+        [Event::Failed {
+            error: Error::InvalidArgument(_),
+            ..
+        }]
+    ));
+    let mut permit = acquire(4, "s", 1, 10 * SEC, Wait::Forever);
+    if let Command::Acquire(a) = &mut permit {
+        a.kind = Kind::Semaphore { permits: 2 };
+    }
+    bed.cmd(0, permit);
+    let (permit, ..) = acquired(&bed.take(0));
+    bed.take_sent(0);
+    bed.cmd(0, proclaim(5, permit, "v"));
+    assert!(matches!(
+        &bed.take(0)[..],
+        [Event::Failed {
+            error: Error::InvalidArgument(_),
+            ..
+        }]
+    ));
+    bed.cmd(
+        0,
+        Command::Observe {
+            op: OpId(6),
+            name: String::new(),
+        },
+    );
+    assert!(matches!(
+        &bed.take(0)[..],
+        [Event::Failed {
+            error: Error::EmptyName,
+            ..
+        }]
+    ));
+    assert!(
+        bed.take_sent(0).is_empty(),
+        "nothing was sent for refused commands"
+    );
+
+    bed.cmd(
+        0,
+        Command::Observe {
+            op: OpId(7),
+            name: "e".into(),
+        },
+    );
+    assert_eq!(seen(&bed.take(0), 7), [None]);
+    bed.engines[0].handle_input(bed.now, Input::Notice(Notice::Closed));
+    bed.settle();
+    let events = bed.take(0);
+    assert!(
+        events.contains(&Event::Failed {
+            op: OpId(7),
+            error: Error::Closed
+        }),
+        "{events:?}"
     );
 }

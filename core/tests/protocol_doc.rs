@@ -20,8 +20,8 @@ fn protocol_doc_quotes_every_script_verbatim() {
         quoted += 1;
     }
     assert_eq!(
-        quoted, 22,
-        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, the fenced write, the ACL probe and the four Redisson-compatible scripts"
+        quoted, 25,
+        "the prelude, six lock scripts, the holders' helper, the permit and read-write helpers, three scripts of each, the fenced write, the ACL probe and the four Redisson-compatible scripts and the three of elections"
     );
     let version = format!(
         "# dlock protocol, version {}",

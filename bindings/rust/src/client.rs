@@ -277,6 +277,27 @@ impl Client {
         }
     }
 
+    /// The election `name` (PROTOCOL.md §20): the lock of that name, whose holder publishes
+    /// a value. [`Election::campaign`](crate::Election::campaign) waits to lead,
+    /// [`Election::leader`](crate::Election::leader) reads who leads and
+    /// [`Election::observe`](crate::Election::observe) follows each change. On redis://,
+    /// redis-cluster:// and memory://.
+    ///
+    /// ```no_run
+    /// # async fn f(client: dlock::Client) -> Result<(), dlock::Error> {
+    /// let election = client.election("scheduler");
+    /// let leadership = election.campaign("worker-1:8080").await?;
+    /// tokio::select! {
+    ///     reason = leadership.lost() => eprintln!("no longer leading: {reason:?}"),
+    ///     () = async { /* schedule jobs, each fenced by leadership.term() */ } => {}
+    /// }
+    /// leadership.resign().await.ok();
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> crate::Election {
+        crate::Election::new(self.clone(), name.into())
+    }
+
     /// Locks `names` as one; see [`MultiLockBuilder`].
     pub fn multi_lock<I, S>(&self, names: I) -> MultiLockBuilder
     where
@@ -380,11 +401,15 @@ impl Client {
         companion.get_or_try_init(connect).await.cloned()
     }
 
-    fn next_id(&self) -> u64 {
+    pub(crate) fn protocol(&self) -> &Protocol {
+        &self.inner.protocol
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
         self.inner.ids.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn send(&self, command: Command, waiter: Option<Waiter>) -> Result<(), Error> {
+    pub(crate) fn send(&self, command: Command, waiter: Option<Waiter>) -> Result<(), Error> {
         let call = Call { command, waiter };
         self.inner.calls.send(call).map_err(|_| Error::Closed)
     }
@@ -739,6 +764,14 @@ pub struct Guard {
 }
 
 impl Guard {
+    pub(crate) fn client(&self) -> &Client {
+        &self.held.client
+    }
+
+    pub(crate) fn hold(&self) -> HoldId {
+        self.held.hold
+    }
+
     /// The tenure's fencing token: larger than every earlier tenure's of this lock. Pass it to
     /// the resource you protect and have it refuse smaller ones.
     pub fn fencing_token(&self) -> u64 {

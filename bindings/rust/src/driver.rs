@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock_core::{
-    Command, Event, HoldId, Input, Instant, LostReason, Member, NotAcquired, Notice, OpId, Output,
-    Reply, RequestId,
+    Command, Event, HoldId, Input, Instant, Leader, LostReason, Member, NotAcquired, Notice, OpId,
+    Output, Reply, RequestId,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -60,6 +60,10 @@ pub(crate) enum Waiter {
     Acquire(GrantReply<u64>),
     AcquireMulti(GrantReply<Vec<Member>>),
     Done(Option<oneshot::Sender<Result<(), Error>>>),
+    /// A proclaim: the term.
+    Proclaim(oneshot::Sender<Result<u64, Error>>),
+    /// An observe: each leader seen, until it ends.
+    Observe(mpsc::UnboundedSender<Result<Option<Leader>, Error>>),
 }
 
 impl Waiter {
@@ -76,6 +80,12 @@ impl Waiter {
                 let _ = reply.send(Err(error));
             }
             Waiter::Done(None) => {}
+            Waiter::Proclaim(reply) => {
+                let _ = reply.send(Err(error));
+            }
+            Waiter::Observe(tx) => {
+                let _ = tx.send(Err(error));
+            }
         }
     }
 }
@@ -271,6 +281,21 @@ impl Driver {
             (Event::Extended { .. }, Some(Waiter::Done(Some(reply)))) => {
                 let _ = reply.send(Ok(()));
             }
+            (Event::Proclaimed { term, .. }, Some(Waiter::Proclaim(reply))) => {
+                tracing::debug!(term, "proclaimed");
+                let _ = reply.send(Ok(term));
+            }
+            (Event::Leader { op, leader }, None) => {
+                if let Some(Waiter::Observe(tx)) = self.waiting.get(&op)
+                    && tx.send(Ok(leader)).is_err()
+                {
+                    // Nobody listens any more (the Observer's drop sends the cancel too).
+                    let cancel = Command::Cancel { op };
+                    let result = self.engine.handle_input(self.now(), Input::Command(cancel));
+                    self.check(result);
+                }
+            }
+            (Event::NotAcquired { .. }, Some(Waiter::Observe(_))) => {}
             (Event::Failed { error, .. }, Some(waiter)) => {
                 tracing::debug!(%error, "command failed");
                 waiter.fail(Error::from(error));

@@ -21,7 +21,7 @@ use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
-    Instant, Kind, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
+    Instant, Kind, Leader, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
     TransportError, Wait,
 };
 use serde_json::{Map, Value as Json, json};
@@ -362,6 +362,15 @@ pub fn input_from_json(value: &Json) -> Result<Input> {
             lease: f.get("lease_ms").ms()?,
         }),
         "cancel" => Input::Command(Command::Cancel { op: op()? }),
+        "proclaim" => Input::Command(Command::Proclaim {
+            op: op()?,
+            hold: hold()?,
+            value: f.get("value").str()?.to_owned(),
+        }),
+        "observe" => Input::Command(Command::Observe {
+            op: op()?,
+            name: f.get("name").str()?.to_owned(),
+        }),
         "reply" => Input::Reply {
             id: dlock_core::RequestId(f.get("id").u64()?),
             reply: reply_from_json(&f)?,
@@ -554,6 +563,12 @@ pub fn input_to_json(input: &Input) -> Json {
             json!({ "type": "extend", "op": op.0, "hold": hold.0, "lease_ms": ms(*lease) })
         }
         Input::Command(Command::Cancel { op }) => json!({ "type": "cancel", "op": op.0 }),
+        Input::Command(Command::Proclaim { op, hold, value }) => {
+            json!({ "type": "proclaim", "op": op.0, "hold": hold.0, "value": value })
+        }
+        Input::Command(Command::Observe { op, name }) => {
+            json!({ "type": "observe", "op": op.0, "name": name })
+        }
         Input::Reply { id, reply } => {
             let (key, value) = reply_to_json(reply);
             let mut map = Map::new();
@@ -730,7 +745,20 @@ fn event_to_json(event: &Event) -> Json {
         Event::Lost { hold, reason } => {
             json!({ "type": "lost", "hold": hold.0, "reason": reason.as_str() })
         }
+        Event::Proclaimed { op, hold, term } => {
+            json!({ "type": "proclaimed", "op": op.0, "hold": hold.0, "term": term })
+        }
+        Event::Leader { op, leader } => json!({
+            "type": "leader",
+            "op": op.0,
+            "leader": leader.as_ref().map(leader_to_json),
+        }),
     }
+}
+
+/// An election's leader as `{"term": …, "value": …}`.
+pub fn leader_to_json(leader: &Leader) -> Json {
+    json!({ "term": leader.term, "value": leader.value })
 }
 
 /// A held lock's snapshot as JSON.

@@ -25,6 +25,7 @@
 
 mod client;
 mod driver;
+mod election;
 mod error;
 mod fenced;
 pub mod json;
@@ -37,9 +38,10 @@ pub use client::{
     Client, ClientBuilder, DEFAULT_LEASE, Guard, LockBuilder, LostSignal, MultiGuard,
     MultiLockBuilder, RwLockBuilder, SharedGuard,
 };
-pub use dlock_core::LockStatus;
 pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
+pub use dlock_core::{Leader, LockStatus};
+pub use election::{Election, Leadership, Observer};
 pub use error::{Error, ErrorCode, LostReason};
 pub use fenced::{Placeholder, fenced_update_sql};
 pub use machine::{Machine, MachineError, MachineFactory};

@@ -42,8 +42,8 @@ macro_rules! conversions {
             };
             use super::$wit::types::{
                 Acquire, AcquireMulti, Acquired, AcquiredMulti, Command, Error, Event, Extend,
-                Extended, Failed, Kind, Lost, LostReason, Member, NotAcquired, Release, Released,
-                Renewed, Wait,
+                Extended, Failed, Kind, Leader, LeaderSeen, Lost, LostReason, Member, NotAcquired,
+                Observe, Proclaim, Proclaimed, Release, Released, Renewed, Wait,
             };
 
             /// A value of one side as the other's.
@@ -179,7 +179,8 @@ macro_rules! conversions {
             $crate::__units!(CoreScript => Script {
                 Acquire, Release, Dequeue, Extend, Status, Raise, PermitAcquire, PermitRelease,
                 PermitDequeue, RwAcquire, RwRelease, RwDequeue, FencedWrite, AclProbe,
-                RedissonAcquire, RedissonRelease, RedissonExtend, RedissonStatus,
+                RedissonAcquire, RedissonRelease, RedissonExtend, RedissonStatus, Proclaim, Resign,
+                Leader,
             });
             $crate::__units!(CoreStatement => Statement {
                 Acquire, Release, Dequeue, Extend, Status, PermitAcquire, PermitRelease,
@@ -225,6 +226,8 @@ macro_rules! conversions {
                 [op, hold] (core_::Command::Release { op, hold }) <=> (Command::Release(Release { op, hold })),
                 [op, hold, lease] (core_::Command::Extend { op, hold, lease }) <=> (Command::Extend(Extend { op, hold, lease })),
                 [op] (core_::Command::Cancel { op }) <=> (Command::Cancel(op)),
+                [op, hold, value] (core_::Command::Proclaim { op, hold, value }) <=> (Command::Proclaim(Proclaim { op, hold, value })),
+                [op, name] (core_::Command::Observe { op, name }) <=> (Command::Observe(Observe { op, name })),
             });
             $crate::__table!(core_::Acquire => Acquire {
                 [op, name, owner, lease, wait, max_hold, fair, kind]
@@ -327,6 +330,11 @@ macro_rules! conversions {
                 [op, error] (core_::Event::Failed { op, error }) <=> (Event::Failed(Failed { op, error })),
                 [hold, valid_until] (core_::Event::Renewed { hold, valid_until }) <=> (Event::Renewed(Renewed { hold, valid_until })),
                 [hold, reason] (core_::Event::Lost { hold, reason }) <=> (Event::Lost(Lost { hold, reason })),
+                [op, hold, term] (core_::Event::Proclaimed { op, hold, term }) <=> (Event::Proclaimed(Proclaimed { op, hold, term })),
+                [op, leader] (core_::Event::Leader { op, leader }) <=> (Event::Leader(LeaderSeen { op, leader })),
+            });
+            $crate::__table!(core_::Leader => Leader {
+                [term, value] (core_::Leader { term, value }) <=> (Leader { term, value }),
             });
             $crate::__table!(core_::Member => Member {
                 [name, fencing_token] (core_::Member { name, fencing_token }) <=> (Member { name, fencing_token }),

@@ -33,10 +33,10 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::base::{
-    Base, InFlight, check_acquire, check_lease, refuse_upgrade, retry_delay, unpack,
+    Base, InFlight, check_acquire, check_lease, check_name, refuse_upgrade, retry_delay, unpack,
 };
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, MAX_VALUE_LEN};
 use crate::plant::{self, Plant};
 use crate::status::HoldInfo;
 use crate::time::{Instant, drift};
@@ -59,6 +59,11 @@ fn expire_at(valid_until: Instant, lease: Duration) -> Instant {
         return valid_until + lease / 2;
     }
     valid_until
+}
+
+/// The refusal of an election by a backend that offers none.
+pub(crate) fn no_elections(backend: &str) -> Error {
+    Error::InvalidArgument(format!("{backend} offers no elections"))
 }
 
 /// A backend's protocol, as a strategy of the lifecycle.
@@ -186,6 +191,34 @@ pub(crate) trait Backend: Sized + Clone + fmt::Debug {
     /// them (`None`) when the machine closes.
     fn end_own(&mut self, _seq: Option<u64>) -> Vec<OpId> {
         Vec::new()
+    }
+
+    /// Proclaim `op`: held `seq` publishes `value` (checked) as the leader of the election of
+    /// its name ([`Command::Proclaim`](crate::Command::Proclaim)); ends in
+    /// [`Event::Proclaimed`]. Refused by a backend without elections.
+    fn proclaim(
+        &mut self,
+        _life: &mut Lifecycle<Self>,
+        _op: OpId,
+        _seq: u64,
+        _value: String,
+    ) -> Result<(), Error> {
+        Err(no_elections(Self::NAME))
+    }
+
+    /// Observe `op` of the election `name` (checked), until [`Backend::unobserve`].
+    fn observe(
+        &mut self,
+        _life: &mut Lifecycle<Self>,
+        _op: OpId,
+        _name: String,
+    ) -> Result<(), Error> {
+        Err(no_elections(Self::NAME))
+    }
+
+    /// Ends observe `op` if it is one, forgetting it without an event: whether it was.
+    fn unobserve(&mut self, _life: &mut Lifecycle<Self>, _op: OpId) -> bool {
+        false
     }
 
     /// Tenure `seq` left the index.
@@ -567,6 +600,10 @@ impl<B: Backend> Machine<B> {
             Command::Acquire(a) => self.acquire(a),
             Command::Release { op, hold } => self.release(op, hold),
             Command::Extend { op, hold, lease } => self.extend(op, hold, lease),
+            Command::Proclaim { op, hold, value } => self.proclaim(op, hold, value),
+            Command::Observe { op, name } => {
+                check_name(&name).and_then(|()| self.backend.observe(&mut self.life, op, name))
+            }
             // The engine makes multi-locks of the machine's locks and never hands one on.
             Command::AcquireMulti(_) => Err(Error::InvalidArgument(
                 "a backend's machine takes no multi-lock; the engine does".into(),
@@ -717,11 +754,26 @@ impl<B: Backend> Machine<B> {
         Ok(())
     }
 
+    fn proclaim(&mut self, op: OpId, hold: HoldId, value: String) -> Result<(), Error> {
+        if value.len() > MAX_VALUE_LEN {
+            return Err(Error::InvalidArgument(format!(
+                "a leader's value is {} bytes long; at most {MAX_VALUE_LEN} are allowed",
+                value.len()
+            )));
+        }
+        if self.life.tenures.held(hold.0).is_none() {
+            return Err(Error::NotHeld { hold });
+        }
+        self.backend.proclaim(&mut self.life, op, hold.0, value)
+    }
+
     fn cancel(&mut self, op: OpId) {
+        let reason = NotAcquired::Cancelled;
+        let event = Event::NotAcquired { op, reason };
         if let Some(seq) = self.life.tenures.pending_op(op) {
-            let reason = NotAcquired::Cancelled;
-            let event = Event::NotAcquired { op, reason };
             self.life.abandon(&mut self.backend, seq, event, true);
+        } else if self.backend.unobserve(&mut self.life, op) {
+            self.life.finish(event);
         }
     }
 

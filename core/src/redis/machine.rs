@@ -13,6 +13,8 @@
 //! Redis ([`Lua`]), as calls of the database functions of the same names on SQL
 //! ([`crate::sql`]) — and brings their replies back as the scripts give them.
 
+mod election;
+
 use core::fmt;
 use core::time::Duration;
 
@@ -56,6 +58,10 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
         Ok(())
     }
 
+    /// It offers elections (§20): the PROCLAIM, RESIGN and LEADER scripts, and leaders'
+    /// messages pushed to observers.
+    const ELECTS: bool = false;
+
     /// The server pushes wake-ups (pub/sub, `NOTIFY`): the machine subscribes to its channel.
     fn pushes(&self) -> bool {
         true
@@ -75,6 +81,7 @@ pub(crate) struct Lua;
 impl Wire for Lua {
     const NAME: &'static str = "Redis";
     const WIRE: &'static str = "Redis";
+    const ELECTS: bool = true;
     const OFFERS: &'static [Primitive] =
         &[Primitive::Lock, Primitive::Semaphore, Primitive::RwLock];
 
@@ -95,6 +102,9 @@ pub(crate) struct Keys {
     pub(crate) target: Target,
     /// How its acquires and its final release treat waiters.
     pub(crate) fairness: Fairness,
+    /// It has proclaimed itself an election's leader (or asked to): its final release
+    /// resigns, telling the observers.
+    pub(crate) leads: bool,
 }
 
 /// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock.
@@ -151,6 +161,7 @@ impl Keys {
     /// The RELEASE down to `count` levels (a permit has one).
     fn release(&self, token: &str, count: u32) -> RedisOp {
         match &self.target {
+            Target::Lock if self.leads && count == 0 => redis::resign(&self.keys, token),
             Target::Lock => redis::release(&self.keys, token, count, self.fairness),
             Target::Permit { keys, .. } => redis::permit_release(keys, token, self.fairness),
             Target::Rw { .. } => redis::rw_release(&self.rw_hold(token), count),
@@ -283,6 +294,20 @@ pub(crate) enum Purpose {
     /// Best-effort: give back what an abandoned tenure may have got. The reply is ignored.
     Cleanup,
     Subscribe,
+    /// PROCLAIM by held `seq`.
+    Proclaim {
+        seq: u64,
+        op: OpId,
+    },
+    /// SUBSCRIBE to an election's channel.
+    Follow {
+        channel: String,
+    },
+    /// LEADER read `read` for an observer.
+    Leader {
+        op: OpId,
+        read: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -292,6 +317,10 @@ pub(crate) enum RedisTimer {
     Refresh(u64),
     /// Try the wake-up subscription again.
     Subscribe,
+    /// An observer reads its election again.
+    Observe(OpId),
+    /// Try the election channels' subscriptions again.
+    Follow,
 }
 
 /// The Redis protocol's strategy, over the wire `W`.
@@ -306,7 +335,11 @@ pub(crate) struct Redis<W: Wire = Lua> {
     /// the lock-delay, 1% longer ([`server_delay`]).
     lock_delay: Duration,
     channel: String,
+    /// The elections observed.
+    elections: Elections,
 }
+
+use election::Elections;
 
 type Life<W> = Lifecycle<Redis<W>>;
 
@@ -326,6 +359,7 @@ impl<W: Wire> Redis<W> {
             waiter_lease: config.waiter_lease,
             lock_delay: server_delay(config.lock_delay),
             channel: redis::wake_channel(config.client_id),
+            elections: Elections::default(),
         };
         Ok(Machine::new(
             config,
@@ -703,6 +737,7 @@ impl<W: Wire> Backend for Redis<W> {
             keys,
             target,
             fairness,
+            leads: false,
         };
         (token, keys, pending)
     }
@@ -783,6 +818,9 @@ impl<W: Wire> Backend for Redis<W> {
                 life.extended(self, seq, op, (lease, sent), kept)
             }
             Purpose::Cleanup => {}
+            Purpose::Proclaim { seq, op } => self.on_proclaim(life, seq, op, reply),
+            Purpose::Follow { channel } => self.on_follow(life, channel, reply.is_ok()),
+            Purpose::Leader { op, read } => self.on_leader(life, op, read, reply),
             Purpose::Subscribe => {
                 if reply.is_err() {
                     let at = life.now() + retry_delay(self.waiter_lease);
@@ -797,11 +835,14 @@ impl<W: Wire> Backend for Redis<W> {
             Notice::Connected => {
                 if !life.closed() {
                     self.subscribe(life);
+                    self.refollow(life, true);
                 }
             }
             Notice::Message { channel, payload } => {
                 if channel == self.channel {
                     self.wake(life, &payload);
+                } else {
+                    self.leader_message(life, &channel, &payload);
                 }
             }
             // Held locks keep their local validity, which runs out unless a renewal gets
@@ -821,7 +862,33 @@ impl<W: Wire> Backend for Redis<W> {
                 }
             }
             RedisTimer::Subscribe => self.subscribe(life),
+            RedisTimer::Observe(op) => self.read(life, op),
+            RedisTimer::Follow => self.refollow(life, false),
         }
+    }
+
+    fn proclaim(
+        &mut self,
+        life: &mut Life<W>,
+        op: OpId,
+        seq: u64,
+        value: String,
+    ) -> Result<(), Error> {
+        election::check_elects::<W>()?;
+        self.start_proclaim(life, op, seq, value)
+    }
+
+    fn observe(&mut self, life: &mut Life<W>, op: OpId, name: String) -> Result<(), Error> {
+        election::check_elects::<W>()?;
+        self.start_observe(life, op, name)
+    }
+
+    fn unobserve(&mut self, life: &mut Life<W>, op: OpId) -> bool {
+        self.stop_observe(life, op)
+    }
+
+    fn end_own(&mut self, seq: Option<u64>) -> Vec<OpId> {
+        election::ends_observers(self, seq)
     }
 
     /// Anything we may still hold on the server is given back — except a lease that ran out
@@ -854,14 +921,17 @@ impl<W: Wire> Backend for Redis<W> {
         match *purpose {
             Purpose::Reenter { op, .. }
             | Purpose::Release { op, .. }
-            | Purpose::Extend { op, .. } => Some(op),
+            | Purpose::Extend { op, .. }
+            | Purpose::Proclaim { op, .. } => Some(op),
             _ => None,
         }
     }
 
     fn acting_on(purpose: &Purpose, seq: u64) -> Option<OpId> {
         match *purpose {
-            Purpose::Extend { seq: s, op, .. } | Purpose::Reenter { seq: s, op, .. }
+            Purpose::Extend { seq: s, op, .. }
+            | Purpose::Reenter { seq: s, op, .. }
+            | Purpose::Proclaim { seq: s, op }
                 if s == seq =>
             {
                 Some(op)

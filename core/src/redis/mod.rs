@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::ids::ClientId;
 use crate::plant::{self, Plant};
 use crate::status::LockStatus;
+use crate::types::Leader;
 
 /// Version of the key layout and scripts in this module.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -55,10 +56,15 @@ pub enum Script {
     RedissonRelease,
     RedissonExtend,
     RedissonStatus,
+    /// Elections (§20): the leader publishes its value, resigns (the final release that tells
+    /// observers), and anyone reads who leads.
+    Proclaim,
+    Resign,
+    Leader,
 }
 
 impl Script {
-    pub const ALL: [Script; 18] = [
+    pub const ALL: [Script; 21] = [
         Script::Acquire,
         Script::Release,
         Script::Dequeue,
@@ -77,6 +83,9 @@ impl Script {
         Script::RedissonRelease,
         Script::RedissonExtend,
         Script::RedissonStatus,
+        Script::Proclaim,
+        Script::Resign,
+        Script::Leader,
     ];
 
     /// Whether it is one of the Redisson-compatible lock's scripts, which work on Redisson's
@@ -112,6 +121,9 @@ impl Script {
             Script::RedissonRelease => "redisson-release",
             Script::RedissonExtend => "redisson-extend",
             Script::RedissonStatus => "redisson-status",
+            Script::Proclaim => "proclaim",
+            Script::Resign => "resign",
+            Script::Leader => "leader",
         }
     }
 
@@ -131,6 +143,9 @@ impl Script {
             Script::RedissonRelease => (&[][..], include_str!("lua/redisson_release.lua")),
             Script::RedissonExtend => (&[][..], include_str!("lua/redisson_extend.lua")),
             Script::RedissonStatus => (&[][..], include_str!("lua/redisson_status.lua")),
+            Script::Proclaim => (&[][..], include_str!("lua/proclaim.lua")),
+            Script::Resign => (&[][..], include_str!("lua/resign.lua")),
+            Script::Leader => (&[][..], include_str!("lua/leader.lua")),
             Script::PermitAcquire => (
                 &[HOLDERS, PERMITS][..],
                 include_str!("lua/permit_acquire.lua"),
@@ -178,8 +193,9 @@ pub const CLIENT_COMMANDS: &[&str] = &["evalsha", "script|load", "ping", "subscr
 /// needs each of them on the keys and channels under `dlock:` (the fenced write's resource
 /// key is the caller's own, and needs its own key rule).
 pub const SCRIPT_COMMANDS: &[&str] = &[
-    "del", "exists", "get", "hdel", "hget", "hset", "incr", "lindex", "lpop", "lrange", "lrem",
-    "pexpire", "pttl", "publish", "rpush", "set", "time", "zadd", "zrange", "zrem", "zscore",
+    "del", "exists", "get", "hdel", "hget", "hmget", "hset", "incr", "lindex", "lpop", "lrange",
+    "lrem", "pexpire", "pttl", "publish", "rpush", "set", "time", "zadd", "zrange", "zrem",
+    "zscore",
 ];
 
 /// The least-privilege Redis ACL rules for a dlock client: every key and channel under
@@ -845,6 +861,98 @@ pub fn parse_release(v: &Value) -> Result<ReleaseReply, Error> {
         [2, handed] if *handed >= 0 => ReleaseReply::Freed,
         _ => return Err(malformed(Script::Release, v)),
     })
+}
+
+/// The channel on which election `name`'s leaders publish their values and resignations
+/// (§20): `dlock:{E}:leader`, beside the lock's keys.
+pub fn leader_channel(name: &str) -> String {
+    keys_of(name)("leader")
+}
+
+/// PROCLAIM: tenure `token`, the holder of lock `keys`, publishes `value` as the leader of
+/// the election of that name.
+pub fn proclaim(keys: &LockKeys, token: &str, value: &str) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::Proclaim,
+        keys: vec![keys.lock.clone()],
+        args: vec![token.to_owned(), value.to_owned()],
+    }
+}
+
+/// RESIGN: the final release of tenure `token` that leads the election of lock `keys`; it
+/// hands the lock off as RELEASE does and tells the election's observers.
+pub fn resign(keys: &LockKeys, token: &str) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::Resign,
+        keys: keys.all(),
+        args: vec![token.to_owned()],
+    }
+}
+
+/// LEADER, read only: the term, proclaimed value and time to live of lock `keys`.
+pub fn leader(keys: &LockKeys) -> RedisOp {
+    RedisOp::Eval {
+        script: Script::Leader,
+        keys: vec![keys.lock.clone()],
+        args: Vec::new(),
+    }
+}
+
+/// A PROCLAIM reply: the term the value was published under, `None` if the token no longer
+/// holds the lock.
+pub fn parse_proclaim(v: &Value) -> Result<Option<u64>, Error> {
+    match ints(Script::Proclaim, v)?.as_slice() {
+        [0] => Ok(None),
+        [1, term] if *term > 0 => Ok(Some(*term as u64)),
+        _ => Err(malformed(Script::Proclaim, v)),
+    }
+}
+
+/// What a LEADER reply says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderRead {
+    /// The holder's term and proclaimed value; `None` when the lock is free or its holder
+    /// has proclaimed nothing.
+    pub leader: Option<Leader>,
+    /// The lock has a holder.
+    pub held: bool,
+    /// The holder's lease left, if it has one.
+    pub ttl: Option<Duration>,
+}
+
+/// Reads a LEADER reply.
+pub fn parse_leader(v: &Value) -> Result<LeaderRead, Error> {
+    let bad = || malformed(Script::Leader, v);
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    let [Value::Int(term), value, Value::Int(pttl)] = items.as_slice() else {
+        return Err(bad());
+    };
+    let term = u64::try_from(*term).map_err(|_| bad())?;
+    let value = match value {
+        Value::Nil => None,
+        Value::Data(d) => Some(String::from_utf8(d.clone()).map_err(|_| bad())?),
+        _ => return Err(bad()),
+    };
+    Ok(LeaderRead {
+        leader: value
+            .filter(|_| term > 0)
+            .map(|value| Leader { term, value }),
+        held: term > 0,
+        ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+    })
+}
+
+/// A message on an election's channel: `<term> <value>` from PROCLAIM, `<term>` from
+/// RESIGN. `None` for anything else.
+pub fn parse_leader_message(payload: &[u8]) -> Option<(u64, Option<&str>)> {
+    let text = core::str::from_utf8(payload).ok()?;
+    let (term, value) = match text.split_once(' ') {
+        Some((term, value)) => (term, Some(value)),
+        None => (text, None),
+    };
+    Some((term.parse().ok()?, value))
 }
 
 /// A RAISE reply: whether the token was recorded (the lock was still ours on that node).

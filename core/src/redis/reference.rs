@@ -98,6 +98,9 @@ impl Store {
             Script::RedissonRelease => self.redisson_release(keys, args),
             Script::RedissonExtend => self.redisson_extend(keys, args),
             Script::RedissonStatus => self.redisson_status(keys),
+            Script::Proclaim => self.proclaim(keys, args),
+            Script::Resign => self.resign(keys, args),
+            Script::Leader => self.leader(keys),
         }?;
         Ok(Outcome {
             reply,
@@ -311,6 +314,46 @@ impl Store {
             }
         }
         Ok(Value::Array(reply))
+    }
+
+    fn proclaim(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock] = keys_n::<1>(keys)?;
+        let [token, value] = args_n::<2>(args)?;
+
+        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(ints(&[0]));
+        }
+        let term = self.hget(lock, "fence")?.unwrap_or_default();
+        self.hset(lock, &[("value", value.clone())])?;
+        self.published
+            .push((leader_channel(lock), format!("{term} {value}").into_bytes()));
+        Ok(ints(&[1, int(&term)?]))
+    }
+
+    fn resign(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
+        let [lock, fence, queue, waiters] = four(keys)?;
+        let [token] = args_n::<1>(args)?;
+
+        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str()) {
+            return Ok(ints(&[0]));
+        }
+        let term = self.hget(lock, "fence")?.unwrap_or_default();
+        self.del(lock);
+        let handed = self.hand_off(lock, fence, queue, waiters, self.now)?;
+        self.published
+            .push((leader_channel(lock), term.into_bytes()));
+        Ok(ints(&[2, handed]))
+    }
+
+    fn leader(&mut self, keys: &[String]) -> Result<Value, String> {
+        let [lock] = keys_n::<1>(keys)?;
+        let term = self.hget(lock, "fence")?.map_or(Ok(0), |t| int(&t))?;
+        let value = self.hget(lock, "value")?;
+        Ok(Value::Array(vec![
+            Value::Int(term),
+            value.map_or(Value::Nil, |v| Value::Data(v.into_bytes())),
+            Value::Int(self.pttl(lock)),
+        ]))
     }
 
     fn permit_acquire(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
@@ -1147,6 +1190,12 @@ fn flag<'a>(args: &'a [String], at: usize, word: &str) -> (&'a [String], bool) {
         Some(a) if a == word && args.len() == at + 1 => (&args[..at], true),
         _ => (args, false),
     }
+}
+
+/// The election channel beside lock hash `lock` (`dlock:{E}:lock` → `dlock:{E}:leader`), as
+/// the scripts derive it.
+fn leader_channel(lock: &str) -> String {
+    format!("{}leader", lock.strip_suffix("lock").unwrap_or(lock))
 }
 
 fn int(s: &str) -> Result<i64, String> {

@@ -1,0 +1,213 @@
+//! Leader election (PROTOCOL.md §20) against a real redis-server and Redis Cluster, and on
+//! memory://: one leader at a time, terms that grow, observers that hear every change — a
+//! resignation, a new value, and a leader that dies without a word — and refusals of what
+//! cannot be done. Verdicts wait for events, never for a sleep to be long enough.
+
+use std::time::Duration;
+
+use dlock::{Error, Leader};
+use dlock_testkit::{RedisCluster, RedisServer};
+use futures_util::StreamExt;
+
+mod common;
+use common::connect;
+
+/// The next change an observer reports, within 60 s.
+async fn next(observer: &mut dlock::Observer) -> Option<Leader> {
+    tokio::time::timeout(Duration::from_secs(60), observer.next())
+        .await
+        .expect("an observer heard nothing for 60 s")
+        .expect("the observer ended")
+        .expect("the observer failed")
+}
+
+fn leader(term: u64, value: &str) -> Option<Leader> {
+    Some(Leader {
+        term,
+        value: value.to_owned(),
+    })
+}
+
+/// Two candidates on two clients, one observer on a third: the first leads, the second waits
+/// and leads when the first resigns, with a larger term; a new value is heard in the same
+/// term; the last resignation leaves the election free.
+async fn candidates_take_turns_and_observers_hear_each(url: &str) {
+    let (a, b, watcher) = (
+        connect(url).await.unwrap(),
+        connect(url).await.unwrap(),
+        connect(url).await.unwrap(),
+    );
+    let mut observer = watcher.election("scheduler").observe().unwrap();
+    assert_eq!(next(&mut observer).await, None, "nobody leads yet");
+
+    let first = a.election("scheduler").campaign("a:1").await.unwrap();
+    assert_eq!(next(&mut observer).await, leader(first.term(), "a:1"));
+    assert_eq!(
+        b.election("scheduler").leader().await.unwrap(),
+        leader(first.term(), "a:1")
+    );
+
+    let election = b.election("scheduler");
+    let second = tokio::spawn(async move { election.campaign("b:2").await });
+    common::eventually("b queues", || async {
+        common::waiters(&watcher, "scheduler").await == 1
+    })
+    .await;
+
+    first.proclaim("a:1 (draining)").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        leader(first.term(), "a:1 (draining)")
+    );
+
+    let first_term = first.term();
+    first.resign().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(second.term() > first_term, "terms grow");
+    // A hand-off may show the free interval first; the new leader comes next either way.
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(seen, leader(second.term(), "b:2"));
+
+    second.resign().await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        None,
+        "free after the last resigns"
+    );
+    assert_eq!(a.election("scheduler").leader().await.unwrap(), None);
+}
+
+/// A leader whose process died: its lease runs out without a message. The observer notices
+/// within the lease, and a waiting candidate takes over with a larger term.
+async fn a_silent_death_is_noticed_within_the_lease(url: &str, raw: &str) {
+    let watcher = connect(url).await.unwrap();
+    let candidate = connect(url).await.unwrap();
+    // The dead leader: PROCLAIM's effect, written as a client that then vanished would leave it.
+    let mut con = redis::Client::open(raw)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = dlock_core::redis::LockKeys::new("reports").lock;
+    let _: () = redis::pipe()
+        .hset_multiple(
+            &key,
+            &[
+                ("owner", "dead-1"),
+                ("count", "1"),
+                ("fence", "7"),
+                ("value", "dead:9"),
+            ],
+        )
+        .pexpire(&key, 2_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    let mut observer = watcher.election("reports").observe().unwrap();
+    assert_eq!(next(&mut observer).await, leader(7, "dead:9"));
+    let leadership = candidate
+        .election("reports")
+        .lease(Duration::from_secs(5))
+        .campaign("alive:1")
+        .await
+        .unwrap();
+    assert!(leadership.term() > 7);
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(seen, leader(leadership.term(), "alive:1"));
+    leadership.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn on_redis_candidates_take_turns_and_observers_hear_each() {
+    let server = RedisServer::start();
+    candidates_take_turns_and_observers_hear_each(&server.url()).await;
+}
+
+#[tokio::test]
+async fn on_redis_a_silent_death_is_noticed_within_the_lease() {
+    let server = RedisServer::start();
+    a_silent_death_is_noticed_within_the_lease(&server.url(), &server.url()).await;
+}
+
+#[tokio::test]
+async fn on_memory_candidates_take_turns_and_observers_hear_each() {
+    candidates_take_turns_and_observers_hear_each("memory://election-turns").await;
+}
+
+#[tokio::test]
+async fn on_a_cluster_candidates_take_turns_and_observers_hear_each() {
+    let cluster = RedisCluster::start(3);
+    candidates_take_turns_and_observers_hear_each(&cluster.url()).await;
+}
+
+/// Losing the lease ends leadership once, and the term is refused by the fenced write after a
+/// successor wrote.
+#[tokio::test]
+async fn a_paused_leader_is_told_before_its_successor_leads_and_its_writes_are_fenced() {
+    let server = RedisServer::start();
+    let old = connect(&server.url()).await.unwrap();
+    let new = connect(&server.url()).await.unwrap();
+    let lead = old
+        .election("jobs")
+        .lease(Duration::from_millis(1_500))
+        .campaign("old")
+        .await
+        .unwrap();
+    let election = new.election("jobs");
+    let next_leader = tokio::spawn(async move { election.campaign("new").await });
+    server.pause(); // the old leader cannot renew; the new one cannot be granted either
+    let reason = lead.lost().await;
+    assert_eq!(reason, dlock::LostReason::Expired);
+    server.resume();
+    let successor = next_leader.await.unwrap().unwrap();
+    assert!(successor.term() > lead.term());
+    let written = new
+        .fenced_write("jobs-table", successor.term(), "new")
+        .await;
+    assert_eq!(written.unwrap(), dlock::FencedWrite::Written);
+    let stale = old.fenced_write("jobs-table", lead.term(), "old").await;
+    assert!(matches!(stale.unwrap(), dlock::FencedWrite::Stale { .. }));
+    assert!(matches!(lead.resign().await, Err(Error::Lost(_))));
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_anything_is_sent() {
+    let client = connect("memory://election-refusals").await.unwrap();
+    let too_long = "v".repeat(dlock_core::MAX_VALUE_LEN + 1);
+    let refused = client.election("e").campaign(too_long).await;
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    let empty = client.election("").campaign("x").await;
+    assert!(
+        matches!(empty, Err(Error::Engine(dlock_core::Error::EmptyName))),
+        "{empty:?}"
+    );
+    assert!(client.election("").observe().is_err());
+}
+
+#[tokio::test]
+async fn redlock_refuses_elections_and_keeps_nothing() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let client = connect(&dlock_testkit::redlock_url(&nodes)).await.unwrap();
+    let refused = client.election("e").leader().await;
+    assert!(
+        matches!(&refused, Err(Error::Engine(dlock_core::Error::InvalidArgument(m))) if m.contains("no elections")),
+        "{refused:?}"
+    );
+    let refused = client.election("e").campaign("v").await;
+    assert!(matches!(
+        refused,
+        Err(Error::Engine(dlock_core::Error::InvalidArgument(_)))
+    ));
+    // Refused before the campaign took the lock.
+    assert!(client.status("e").await.unwrap().owner.is_none());
+}

@@ -1,0 +1,302 @@
+//! Elections on the Redis machine (PROTOCOL.md §20): an election is the lock of its name,
+//! whose holder publishes a value with PROCLAIM and resigns with RESIGN. Observers
+//! subscribe to the election's channel, read LEADER when a message comes, and read again when
+//! the leader's lease would run out — a leader that dies silently sends nothing.
+
+use core::time::Duration;
+use std::collections::BTreeMap;
+
+use super::{Life, Purpose, Redis, RedisTimer, Target, Wire};
+use crate::base::retry_delay;
+use crate::error::Error;
+use crate::lock::Backend;
+use crate::redis::{self, LeaderRead, LockKeys, RedisOp, Value};
+use crate::types::{Event, HoldId, Leader, OpId};
+
+/// The elections a machine observes, and their channels.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Elections {
+    observers: BTreeMap<OpId, Observer>,
+    /// Each election channel in use: subscribed (`true`), or being subscribed to.
+    channels: BTreeMap<String, bool>,
+    /// The id of the next LEADER read.
+    next_read: u64,
+}
+
+/// One observe command.
+#[derive(Clone, Debug)]
+struct Observer {
+    keys: LockKeys,
+    channel: String,
+    /// What the last event said; `None` before the first.
+    shown: Option<Option<Leader>>,
+    /// The read under way, if one is.
+    reading: Option<u64>,
+    /// Its answer is out of date: a message came after it was sent.
+    stale: bool,
+}
+
+impl Observer {
+    /// The highest term reported so far.
+    fn term(&self) -> u64 {
+        match &self.shown {
+            Some(Some(l)) => l.term,
+            _ => 0,
+        }
+    }
+}
+
+impl<W: Wire> Redis<W> {
+    pub(super) fn start_proclaim(
+        &mut self,
+        life: &mut Life<W>,
+        op: OpId,
+        seq: u64,
+        value: String,
+    ) -> Result<(), Error> {
+        let t = life
+            .tenures
+            .get_mut(seq)
+            .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+        if !matches!(t.data.target, Target::Lock) {
+            return Err(Error::InvalidArgument(
+                "an election's leader holds a lock, not a permit or a read-write hold".into(),
+            ));
+        }
+        t.data.leads = true;
+        let req = self
+            .wire
+            .op(redis::proclaim(&t.data.keys, &t.token, &value), &[&t.name]);
+        life.send(req, Purpose::Proclaim { seq, op });
+        Ok(())
+    }
+
+    pub(super) fn on_proclaim(
+        &mut self,
+        life: &mut Life<W>,
+        seq: u64,
+        op: OpId,
+        reply: Result<Value, Error>,
+    ) {
+        let hold = HoldId(seq);
+        let Some(h) = life.tenures.held(seq) else {
+            let error = Error::LockLost { hold };
+            return life.finish(Event::Failed { op, error });
+        };
+        match reply.and_then(|v| redis::parse_proclaim(&v)) {
+            Ok(Some(term)) if term == h.fencing_token => {
+                life.finish(Event::Proclaimed { op, hold, term })
+            }
+            Ok(Some(term)) => {
+                let error = Error::MalformedReply(format!(
+                    "proclaim got term {term}, its tenure has {}",
+                    h.fencing_token
+                ));
+                life.finish(Event::Failed { op, error });
+            }
+            Ok(None) => life.refused(self, seq, op),
+            Err(error) => life.finish(Event::Failed { op, error }),
+        }
+    }
+
+    pub(super) fn start_observe(
+        &mut self,
+        life: &mut Life<W>,
+        op: OpId,
+        name: String,
+    ) -> Result<(), Error> {
+        let channel = redis::leader_channel(&name);
+        let subscribed = self.elections.channels.get(&channel).copied();
+        self.elections.observers.insert(
+            op,
+            Observer {
+                keys: LockKeys::new(&name),
+                channel: channel.clone(),
+                shown: None,
+                reading: None,
+                stale: false,
+            },
+        );
+        match subscribed {
+            Some(true) => self.read(life, op),
+            Some(false) => {} // read once subscribed
+            None => self.follow(life, channel),
+        }
+        Ok(())
+    }
+
+    pub(super) fn stop_observe(&mut self, life: &mut Life<W>, op: OpId) -> bool {
+        life.clear_timer(RedisTimer::Observe(op));
+        self.elections.observers.remove(&op).is_some()
+    }
+
+    /// Every observer, ended (the machine closes).
+    pub(super) fn end_observers(&mut self) -> Vec<OpId> {
+        let ended = std::mem::take(&mut self.elections.observers);
+        ended.into_keys().collect()
+    }
+
+    /// Subscribes to an election's channel; its observers read once it is done.
+    fn follow(&mut self, life: &mut Life<W>, channel: String) {
+        self.elections.channels.insert(channel.clone(), false);
+        let op = RedisOp::Subscribe {
+            channel: channel.clone(),
+        };
+        self.send(life, op, &[], Purpose::Follow { channel });
+    }
+
+    /// The subscription to `channel` was answered: its observers read now. A failed one is
+    /// tried again soon, and its observers read meanwhile (they poll until it is made).
+    pub(super) fn on_follow(&mut self, life: &mut Life<W>, channel: String, ok: bool) {
+        if ok {
+            self.elections.channels.insert(channel.clone(), true);
+        } else {
+            let at = life.now() + retry_delay(self.waiter_lease);
+            life.set_timer(RedisTimer::Follow, at);
+        }
+        let ops: Vec<OpId> = self.observers_of(&channel).collect();
+        for op in ops {
+            self.read(life, op);
+        }
+    }
+
+    /// Subscribes again to every election channel not subscribed to (after a failure, or a
+    /// reconnect: `all`).
+    pub(super) fn refollow(&mut self, life: &mut Life<W>, all: bool) {
+        let channels: Vec<String> = self
+            .elections
+            .channels
+            .iter()
+            .filter(|(_, done)| all || !**done)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in channels {
+            if self.observers_of(&channel).next().is_some() {
+                self.follow(life, channel);
+            } else {
+                self.elections.channels.remove(&channel);
+            }
+        }
+    }
+
+    fn observers_of<'a>(&'a self, channel: &'a str) -> impl Iterator<Item = OpId> + 'a {
+        let observers = self.elections.observers.iter();
+        observers
+            .filter(move |(_, o)| o.channel == channel)
+            .map(|(op, _)| *op)
+    }
+
+    /// A message on an election channel: a proclaim's `<term> <value>` is news at once if
+    /// its term is newer than any reported; either kind makes the observers read again.
+    /// Returns whether the channel was an election's.
+    pub(super) fn leader_message(
+        &mut self,
+        life: &mut Life<W>,
+        channel: &str,
+        payload: &[u8],
+    ) -> bool {
+        if !self.elections.channels.contains_key(channel) {
+            return false;
+        }
+        let message = redis::parse_leader_message(payload);
+        let ops: Vec<OpId> = self.observers_of(channel).collect();
+        for op in ops {
+            let Some(o) = self.elections.observers.get_mut(&op) else {
+                continue;
+            };
+            if let Some((term, Some(value))) = message
+                && o.shown.is_some()
+                && term > o.term()
+            {
+                let leader = Some(Leader {
+                    term,
+                    value: value.to_owned(),
+                });
+                o.shown = Some(leader.clone());
+                o.stale = o.reading.is_some();
+                life.event(Event::Leader { op, leader });
+            }
+            self.read(life, op);
+        }
+        true
+    }
+
+    /// Sends observer `op`'s LEADER read, unless one is under way (then its answer is read
+    /// again if stale).
+    pub(super) fn read(&mut self, life: &mut Life<W>, op: OpId) {
+        let Some(o) = self.elections.observers.get_mut(&op) else {
+            return;
+        };
+        if o.reading.is_some() {
+            o.stale = true;
+            return;
+        }
+        let read = self.elections.next_read;
+        self.elections.next_read += 1;
+        o.reading = Some(read);
+        o.stale = false;
+        let req = redis::leader(&o.keys);
+        life.clear_timer(RedisTimer::Observe(op));
+        // LEADER reads one lock, named by its keys: the wire needs no name for it.
+        self.send(life, req, &[], Purpose::Leader { op, read });
+    }
+
+    /// A LEADER read answered: a change is reported (terms never go back), and the next read
+    /// is due when the leader's lease would run out, or after a waiter lease at the latest.
+    pub(super) fn on_leader(
+        &mut self,
+        life: &mut Life<W>,
+        op: OpId,
+        read: u64,
+        reply: Result<Value, Error>,
+    ) {
+        let now = life.now();
+        let poll = self.waiter_lease;
+        let Some(o) = self.elections.observers.get_mut(&op) else {
+            return;
+        };
+        if o.reading != Some(read) {
+            return;
+        }
+        o.reading = None;
+        if o.stale {
+            return self.read(life, op);
+        }
+        let next = match reply.and_then(|v| redis::parse_leader(&v)) {
+            Ok(LeaderRead { leader, held, ttl }) => {
+                let news = match (&o.shown, &leader) {
+                    (None, _) => true,
+                    (Some(shown), Some(_)) => *shown != leader,
+                    // Free after a leader; a new holder that has not proclaimed yet is no news.
+                    (Some(shown), None) => shown.is_some() && !held,
+                };
+                let newer = leader.as_ref().is_none_or(|l| l.term >= o.term());
+                if news && newer {
+                    o.shown = Some(leader.clone());
+                    life.event(Event::Leader { op, leader });
+                }
+                let lapse = ttl.map_or(poll, |t| t + Duration::from_millis(1));
+                now + lapse.min(poll)
+            }
+            Err(_) => now + retry_delay(poll),
+        };
+        life.set_timer(RedisTimer::Observe(op), next);
+    }
+}
+
+/// `Backend::end_own` for a machine that closes: its observers end too.
+pub(super) fn ends_observers<W: Wire>(redis: &mut Redis<W>, seq: Option<u64>) -> Vec<OpId> {
+    match seq {
+        Some(_) => Vec::new(),
+        None => redis.end_observers(),
+    }
+}
+
+/// Refuses elections on a wire that offers none.
+pub(super) fn check_elects<W: Wire>() -> Result<(), Error> {
+    if W::ELECTS {
+        Ok(())
+    } else {
+        Err(crate::lock::no_elections(<Redis<W> as Backend>::NAME))
+    }
+}
