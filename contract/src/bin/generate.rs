@@ -1020,7 +1020,67 @@ fn redis_only() -> Vec<Json> {
         .command(rw(4, "doc", 2, true, Wait::No));
     out.push(b.finish());
 
+    let mut b = Bed::redis(
+        "redis-election",
+        "An election (§20): the subject observes 'scheduler' (SUBSCRIBE to its channel, then LEADER: nobody leads). A ghost takes the lock and proclaims: its message is news at once, and a read follows. The subject campaigns (ACQUIRE, queued); the ghost resigns (RESIGN hands the lock over); the subject proclaims twice (same term, new value) and resigns; the observer sees each change and then the free lock, and its cancel ends it.",
+    );
+    b.command(Command::Observe {
+        op: OpId(9),
+        name: "scheduler".into(),
+    })
+    .ghost(1, wait_lock(1, "scheduler"))
+    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
+    .command(wait_lock(1, "scheduler"))
+    .ghost(1, release(3, HoldId(1)));
+    let h = b.hold(1);
+    b.command(proclaim(2, h, "subject:1"))
+        .command(proclaim(3, h, "subject:2"))
+        .command(release(4, h))
+        .command(Command::Cancel { op: OpId(9) });
+    out.push(b.finish());
+
+    let mut b = Bed::redis(
+        "redis-election-refused",
+        "A proclaim of a hold not held, of a value over 4096 bytes, and by a permit's hold, and an observe of an empty name: refused with nothing sent. Messages on an election channel that are malformed or carry an old term change nothing but a read. The subject's release of the hold that proclaimed is a RESIGN; the observer then reports the lock free, and reads again a waiter lease later.",
+    );
+    b.command(proclaim(1, HoldId(42), "v"))
+        .command(permit(2, "pool", 2, Wait::No));
+    let p = b.hold(2);
+    b.command(proclaim(3, p, "v"))
+        .command(acquire(4, "jobs", 1, 2_000, Wait::No));
+    let h = b.hold(4);
+    b.command(proclaim(5, h, &"v".repeat(dlock_core::MAX_VALUE_LEN + 1)))
+        .command(Command::Observe {
+            op: OpId(6),
+            name: String::new(),
+        })
+        .command(proclaim(7, h, "jobs:1"))
+        .command(Command::Observe {
+            op: OpId(8),
+            name: "jobs".into(),
+        });
+    let channel = dlock_core::redis::leader_channel("jobs");
+    b.notice(Notice::Message {
+        channel: channel.clone(),
+        payload: vec![0xff],
+    })
+    .notice(Notice::Message {
+        channel,
+        payload: b"1 stale".to_vec(),
+    })
+    .command(release(9, h))
+    .advance(4_000);
+    out.push(b.finish());
+
     out
+}
+
+fn proclaim(op: u64, hold: HoldId, value: &str) -> Command {
+    Command::Proclaim {
+        op: OpId(op),
+        hold,
+        value: value.into(),
+    }
 }
 
 fn rw(op: u64, name: &str, owner: u64, write: bool, wait: Wait) -> Command {
