@@ -80,6 +80,62 @@ enum Cmd {
         #[arg(required = true, last = true)]
         command: Vec<String>,
     },
+    /// Run a command only while leading an election: one of many replicas runs it.
+    ///
+    /// Every `dlock elect` of one --name campaigns; they lead one at a time, first come, first
+    /// served, and the leader publishes --value (`dlock leader` shows it). The command runs while
+    /// this process leads and gets DLOCK_TERM (the term: a fencing token larger than every
+    /// earlier term's; DLOCK_FENCING_TOKEN too), DLOCK_ELECTION and DLOCK_LEADER_VALUE. When
+    /// it exits, dlock resigns (the next candidate leads at once) and exits with its code.
+    /// Leadership lost while it runs (a lease that ran out, a backend that said someone else
+    /// leads) terminates it as `dlock run` does and exits 74 — or, with --requeue, campaigns
+    /// again and runs the command again when it leads. Exit codes as `dlock run`. Elections run
+    /// on redis://, redis-cluster:// and memory://.
+    Elect {
+        #[command(flatten)]
+        backend: BackendArg,
+        /// Name of the election (the lock of that name).
+        #[arg(long)]
+        name: String,
+        /// What the leader publishes: who it is, where to reach it (at most 4096 bytes).
+        #[arg(long, default_value = "")]
+        value: String,
+        /// Lease, renewed every third of it while leading: a leader that dies is replaced
+        /// within about this long.
+        #[arg(long, default_value = "30s", value_parser = duration)]
+        lease: Duration,
+        /// How long to wait to lead; waits as long as it takes if not given.
+        #[arg(long, value_parser = duration)]
+        wait: Option<Duration>,
+        /// Time between SIGTERM and SIGKILL when leadership is lost.
+        #[arg(long, default_value = "5s", value_parser = duration)]
+        grace: Duration,
+        /// Lock-delay (Redis): after a leader stops renewing without resigning, nobody leads
+        /// until this long after its lease ran out.
+        #[arg(long, value_parser = duration)]
+        lock_delay: Option<Duration>,
+        /// After losing leadership, campaign again (and run the command again) instead of
+        /// exiting 74.
+        #[arg(long)]
+        requeue: bool,
+        /// The command and its arguments.
+        #[arg(required = true, last = true)]
+        command: Vec<String>,
+    },
+    /// Show who leads an election: its term and value. With --watch, a line for every change
+    /// (a new term, a new value, or none once nobody leads) until interrupted.
+    Leader {
+        #[command(flatten)]
+        backend: BackendArg,
+        /// Name of the election.
+        name: String,
+        /// Follow every change instead of printing the leader once.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show who holds a lock, its fencing token, the lease left and the waiters.
     Status {
         #[command(flatten)]
@@ -181,6 +237,32 @@ async fn main() -> ExitCode {
             };
             run(&backend.backend, &lock, &options, &command).await
         }
+        Cmd::Elect {
+            backend,
+            name,
+            value,
+            lease,
+            wait,
+            grace,
+            lock_delay,
+            requeue,
+            command,
+        } => {
+            let options = ElectOptions {
+                lease,
+                wait,
+                grace,
+                lock_delay,
+                requeue,
+            };
+            elect(&backend.backend, &name, &value, &options, &command).await
+        }
+        Cmd::Leader {
+            backend,
+            name,
+            watch,
+            json,
+        } => leader(&backend.backend, &name, watch, json).await,
         Cmd::Status {
             backend,
             name,
@@ -277,19 +359,67 @@ async fn run(
         .iter()
         .map(|m| format!("{}:{}", json_string(&m.name), m.fencing_token))
         .collect();
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..])
-        .env("DLOCK_FENCING_TOKENS", format!("{{{}}}", tokens.join(",")));
+    let mut env = vec![("DLOCK_FENCING_TOKENS", format!("{{{}}}", tokens.join(",")))];
     if let [one] = locks {
-        cmd.env("DLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
-            .env("DLOCK_LOCK", one);
+        env.push(("DLOCK_FENCING_TOKEN", guard.fencing_token().to_string()));
+        env.push(("DLOCK_LOCK", one.clone()));
+    }
+    let ran = supervise(
+        command,
+        &env,
+        guard.lost_signal(),
+        grace,
+        &format!("lock {lock:?}"),
+    )
+    .await;
+    if !matches!(ran, Ran::Lost)
+        && let Err(e) = guard.release().await
+    {
+        eprintln!("dlock: releasing {lock:?}: {e}");
+    }
+    Ok(ran.code())
+}
+
+/// How a supervised command ended.
+enum Ran {
+    /// It exited with this code (128 + signal if a signal ended it).
+    Exited(u8),
+    /// It could not be started.
+    NotStarted,
+    /// What it ran under was lost: it was terminated.
+    Lost,
+}
+
+impl Ran {
+    /// dlock's exit code for it.
+    fn code(&self) -> u8 {
+        match self {
+            Ran::Exited(code) => *code,
+            Ran::NotStarted => exit::SPAWN,
+            Ran::Lost => exit::LOST,
+        }
+    }
+}
+
+/// Runs `command` with `env` until it exits or `lost` fires (`what` is lost: SIGTERM, then
+/// SIGKILL after `grace`); SIGINT and SIGTERM sent to dlock are passed on to it.
+async fn supervise(
+    command: &[String],
+    env: &[(&str, String)],
+    lost: &dlock::LostSignal,
+    grace: Duration,
+    what: &str,
+) -> Ran {
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    for (key, value) in env {
+        cmd.env(key, value);
     }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
             eprintln!("dlock: cannot run {:?}: {e}", command[0]);
-            guard.release().await?;
-            return Ok(exit::SPAWN);
+            return Ran::NotStarted;
         }
     };
     let pid = child
@@ -308,28 +438,110 @@ async fn run(
     loop {
         tokio::select! {
             status = child.wait() => {
-                let code = match status {
-                    Ok(status) => exit_code(status),
-                    Err(_) => exit::SPAWN,
+                return match status {
+                    Ok(status) => Ran::Exited(exit_code(status)),
+                    Err(_) => Ran::NotStarted,
                 };
-                if let Err(e) = guard.release().await {
-                    eprintln!("dlock: releasing {lock:?}: {e}");
-                }
-                return Ok(code);
             }
-            Some(reason) = guard.lost_signal().wait() => {
-                eprintln!("dlock: lock {lock:?} lost ({reason:?}); stopping the command");
+            Some(reason) = lost.wait() => {
+                eprintln!("dlock: {what} lost ({reason:?}); stopping the command");
                 signal(Signal::SIGTERM);
                 if tokio::time::timeout(grace, child.wait()).await.is_err() {
                     signal(Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
-                return Ok(exit::LOST);
+                return Ran::Lost;
             }
             Some(()) = recv(&mut interrupt) => signal(Signal::SIGINT),
             Some(()) = recv(&mut terminate) => signal(Signal::SIGTERM),
         }
     }
+}
+
+/// How `dlock elect` campaigns.
+struct ElectOptions {
+    lease: Duration,
+    wait: Option<Duration>,
+    grace: Duration,
+    lock_delay: Option<Duration>,
+    requeue: bool,
+}
+
+async fn elect(
+    backend: &str,
+    name: &str,
+    value: &str,
+    options: &ElectOptions,
+    command: &[String],
+) -> Result<u8, Error> {
+    let mut client = Client::builder(backend);
+    if let Some(delay) = options.lock_delay {
+        client = client.lock_delay(delay);
+    }
+    let client = client.connect().await?;
+    let mut election = client.election(name).lease(options.lease);
+    if let Some(wait) = options.wait {
+        election = election.wait(wait);
+    }
+    loop {
+        let lead = match election.campaign(value).await {
+            Ok(lead) => lead,
+            Err(Error::WaitTimedOut) => {
+                eprintln!(
+                    "dlock: not leading {name:?} within {}",
+                    humantime::format_duration(options.wait.unwrap_or_default())
+                );
+                return Ok(exit::NOT_ACQUIRED);
+            }
+            Err(e) => return Err(e),
+        };
+        let term = lead.term().to_string();
+        eprintln!("dlock: leading {name:?} in term {term}");
+        let env = [
+            ("DLOCK_TERM", term.clone()),
+            ("DLOCK_FENCING_TOKEN", term),
+            ("DLOCK_ELECTION", name.to_owned()),
+            ("DLOCK_LEADER_VALUE", value.to_owned()),
+        ];
+        let what = format!("leadership of {name:?}");
+        let ran = supervise(command, &env, &lead.lost_signal(), options.grace, &what).await;
+        match ran {
+            Ran::Lost if options.requeue => continue,
+            Ran::Lost => return Ok(exit::LOST),
+            ran => {
+                if let Err(e) = lead.resign().await {
+                    eprintln!("dlock: resigning {name:?}: {e}");
+                }
+                return Ok(ran.code());
+            }
+        }
+    }
+}
+
+async fn leader(backend: &str, name: &str, watch: bool, json: bool) -> Result<u8, Error> {
+    use futures_util::StreamExt;
+    let client = Client::connect(backend).await?;
+    let election = client.election(name);
+    let show = |leader: Option<dlock::Leader>| match (leader, json) {
+        (Some(l), true) => println!(
+            "{{\"election\":{},\"term\":{},\"value\":{}}}",
+            json_string(name),
+            l.term,
+            json_string(&l.value)
+        ),
+        (None, true) => println!("{{\"election\":{},\"leader\":null}}", json_string(name)),
+        (Some(l), false) => println!("term {}  {}", l.term, l.value),
+        (None, false) => println!("none"),
+    };
+    if !watch {
+        show(election.leader().await?);
+        return Ok(0);
+    }
+    let mut changes = election.observe()?;
+    while let Some(change) = changes.next().await {
+        show(change?);
+    }
+    Err(Error::Closed)
 }
 
 async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {

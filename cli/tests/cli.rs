@@ -830,3 +830,166 @@ fn the_printed_mysql_schema_is_what_a_client_uses() {
         "the lock and the semaphore, both free"
     );
 }
+
+/// Waits up to 60 s for `f`, polling: for what a loaded machine may take seconds to do.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lines `dlock elect` commands appended to `log`: `<term> <value>` each.
+fn leaders(log: &Path) -> Vec<(u64, String)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let (term, value) = line.split_once(' ').expect("term value");
+            (term.parse().expect("term"), value.to_owned())
+        })
+        .collect()
+}
+
+/// Three `dlock elect` processes: exactly one runs its command while the others wait; the
+/// leader killed with SIGKILL (with its command: one process group) is followed by another
+/// with a larger term; `dlock leader` shows each term, once and as it changes.
+fn three_candidates_one_leader(url: &str, dir: &Path) {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    let log = dir.join("leaders");
+    let script = format!(
+        "echo \"$DLOCK_TERM $DLOCK_LEADER_VALUE\" >> {}; exec sleep 300",
+        log.display()
+    );
+    let mut watch = dlock()
+        .args(["leader", "--backend", url, "sched", "--watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, seen) = std::sync::mpsc::channel::<String>();
+    let out = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    assert_eq!(seen.recv_timeout(Duration::from_secs(60)).unwrap(), "none");
+    let mut candidates: Vec<_> = (0..3)
+        .map(|i| {
+            let mut cmd = dlock();
+            cmd.args([
+                "elect",
+                "--backend",
+                url,
+                "--name",
+                "sched",
+                "--lease",
+                "2s",
+            ])
+            .args(["--value", &format!("p{i}"), "--", "sh", "-c", &script])
+            .process_group(0);
+            cmd.spawn().unwrap()
+        })
+        .collect();
+    eventually("one leads and two wait", || {
+        leaders(&log).len() == 1 && status_waiters(url, "sched") == 2
+    });
+    let [(term, value)] = &leaders(&log)[..] else {
+        unreachable!()
+    };
+    let once = dlock()
+        .args(["leader", "--backend", url, "sched"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&once.stdout).trim(),
+        format!("term {term}  {value}")
+    );
+    let leading: usize = value.trim_start_matches('p').parse().unwrap();
+    let pgid = nix::unistd::Pid::from_raw(-(candidates[leading].id() as i32));
+    let killed = Instant::now();
+    nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = candidates[leading].wait();
+    eventually("another leads", || leaders(&log).len() == 2);
+    eprintln!("failover on {url}: {:?} after SIGKILL", killed.elapsed());
+    let (next, next_value) = leaders(&log)[1].clone();
+    assert!(next > *term, "terms grow: {term} then {next}");
+    assert_ne!(next_value, *value);
+    // The watcher saw the first leader, maybe the lock free, then the second.
+    let mut watched = Vec::new();
+    while !watched.contains(&format!("term {next}  {next_value}")) {
+        watched.push(seen.recv_timeout(Duration::from_secs(60)).unwrap());
+    }
+    assert_eq!(watched[0], format!("term {term}  {value}"), "{watched:?}");
+    assert!(
+        watched[1..watched.len() - 1].iter().all(|l| l == "none"),
+        "{watched:?}"
+    );
+    for (i, mut child) in candidates.into_iter().enumerate() {
+        if i != leading {
+            let pgid = nix::unistd::Pid::from_raw(-(child.id() as i32));
+            let _ = nix::sys::signal::kill(pgid, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.wait();
+        }
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+}
+
+/// Waiters of lock `name` as `dlock status --json` shows them (0 if the read fails).
+fn status_waiters(url: &str, name: &str) -> usize {
+    let out = dlock()
+        .args(["status", "--backend", url, name, "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split("\"waiters\":[").nth(1).map_or(0, |w| {
+        w.split(']').next().unwrap_or("").matches('"').count() / 2
+    })
+}
+
+#[test]
+fn three_elect_processes_one_leader_and_a_failover_on_redis() {
+    let server = RedisServer::start();
+    three_candidates_one_leader(&server.url(), server.dir());
+}
+
+#[test]
+fn elect_runs_the_command_and_resigns_with_its_exit_code() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = dlock()
+        .args(["elect", "--backend", &url, "--name", "e", "--value", "me"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_ELECTION $DLOCK_LEADER_VALUE $DLOCK_TERM; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.starts_with("e me "), "{printed}");
+    let json = dlock()
+        .args(["leader", "--backend", &url, "e", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&json.stdout).trim(),
+        "{\"election\":\"e\",\"leader\":null}",
+        "resigned on exit"
+    );
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let refused = dlock()
+        .args(["elect", "--backend", &dlock_testkit::redlock_url(&nodes)])
+        .args(["--name", "e", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(64), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Redlock offers no elections"),
+        "{refused:?}"
+    );
+}

@@ -53,11 +53,16 @@ pub enum Plant {
     PermitWhenNoneFree,
     /// The reference SQL database grants a lock beside its live holder.
     SqlGrantBesideHolder,
+    /// The reference Redis's PROCLAIM checks the owner token but not the term.
+    ProclaimAnyTerm,
+    /// An election observer forgets the highest term it reported once it reports the lock
+    /// free.
+    ObserverForgetsTerm,
 }
 
 impl Plant {
     /// Every planted bug, in the order `just plants` runs them.
-    pub const ALL: [Plant; 21] = [
+    pub const ALL: [Plant; 23] = [
         Plant::ValidityFromReply,
         Plant::RenewalFromReply,
         Plant::ZkValidityFromReply,
@@ -79,6 +84,8 @@ impl Plant {
         Plant::DowngradeForAnyone,
         Plant::PermitWhenNoneFree,
         Plant::SqlGrantBesideHolder,
+        Plant::ProclaimAnyTerm,
+        Plant::ObserverForgetsTerm,
     ];
 
     /// Its name in `DLOCK_PLANT` and in `just plants`.
@@ -105,6 +112,8 @@ impl Plant {
             Plant::DowngradeForAnyone => "downgrade-for-anyone",
             Plant::PermitWhenNoneFree => "permit-when-none-free",
             Plant::SqlGrantBesideHolder => "sql-grant-beside-holder",
+            Plant::ProclaimAnyTerm => "proclaim-any-term",
+            Plant::ObserverForgetsTerm => "observer-forgets-term",
         }
     }
 

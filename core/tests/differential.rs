@@ -28,7 +28,7 @@ use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::{DumpedKey, Store, zset_shown};
 use dlock_core::redis::{
-    self, LockKeys, Mode, RedisOp, RwHold, RwKeys, Script, SemaphoreKeys, Value,
+    self, Fairness, LockKeys, Mode, RedisOp, RwHold, RwKeys, Script, SemaphoreKeys, Value,
 };
 use dlock_testkit::{RedisServer, Rng};
 
@@ -176,7 +176,16 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
     };
     let (lease, waiter_lease) = (lease(), lease());
     match rng.below(25) {
-        22 => redis::proclaim(&keys, token, ["", "a:1", "b b"][rng.below(3) as usize]),
+        22 => {
+            // The lock's current term now and then (read from the store), else a wrong one.
+            let term = [7, server_floor_guess()][rng.below(2) as usize];
+            redis::proclaim(
+                &keys,
+                token,
+                term,
+                ["", "a:1", "b b"][rng.below(3) as usize],
+            )
+        }
         23 => redis::resign(&keys, token),
         24 => redis::leader(&keys),
         17..=19 => {
@@ -949,4 +958,49 @@ fn plants() {
     plant::set(None);
     let _ = std::panic::take_hook();
     assert!(missed.is_empty(), "planted bugs not caught: {missed:?}");
+}
+
+#[test]
+fn election_scripts_match_redis_server() {
+    let mut pair = Pair::start();
+    pair.reset();
+    let keys = LockKeys::new("leader");
+    let t: Vec<String> = (1..=2)
+        .map(|i| dlock_core::owner_token(ClientId(0xe1ec7), i))
+        .collect();
+    let lease = Duration::from_secs(60);
+    let acquire =
+        |token: &str, mode| redis::acquire(&keys, token, lease, 1, mode, lease, Fairness::Fair);
+    let reply = pair.compare(acquire(&t[0], Mode::Try), "t0 leads");
+    let Value::Array(items) = &reply else {
+        panic!("acquire replied {reply:?}")
+    };
+    let Value::Int(term) = items[1] else {
+        panic!("acquire replied {reply:?}")
+    };
+    let term = term as u64;
+    for (what, op) in [
+        ("held, nothing proclaimed", redis::leader(&keys)),
+        ("t0 proclaims", redis::proclaim(&keys, &t[0], term, "a:1")),
+        (
+            "another term is refused",
+            redis::proclaim(&keys, &t[0], term - 1, "stale"),
+        ),
+        (
+            "another token is refused",
+            redis::proclaim(&keys, &t[1], term, "b:1"),
+        ),
+        ("t0 leads with a:1", redis::leader(&keys)),
+        ("t1 queues", acquire(&t[1], Mode::Wait)),
+        ("t1 cannot resign", redis::resign(&keys, &t[1])),
+        (
+            "t0 resigns, handing over to t1",
+            redis::resign(&keys, &t[0]),
+        ),
+        ("t1 holds, nothing proclaimed", redis::leader(&keys)),
+        ("t1 resigns, nobody waits", redis::resign(&keys, &t[1])),
+        ("free", redis::leader(&keys)),
+    ] {
+        pair.compare(op, what);
+    }
 }

@@ -54,7 +54,13 @@
 //! 9. on one Redis, no lock lives on the server for longer than the longest lease asked plus
 //!    the longest lock-delay: the lock of a holder, or of a waiter it was handed to, that died
 //!    is free again within that bound (SAFETY.md's liveness; a hand-off lasts the waiter
-//!    lease).
+//!    lease);
+//! 10. elections (one Redis; the election is the lock `orders/42`, PROTOCOL.md §20): holders
+//!     of a new tenure proclaim now and then, and clients observe it. A proclaim reports its
+//!     hold's fencing token as the term; an observer reports terms that only grow (a new
+//!     value within a term aside), and each leader it reports is a value that was proclaimed
+//!     under that term — never a leader that was not, or one out of order. Two leaders never
+//!     overlap because two holders never do (1).
 //!
 //! `just plants` switches on each planted bug of `dlock_core::plant` in turn (the `plants`
 //! feature) and requires these checks to catch it within 20,000 seeds.
@@ -63,7 +69,7 @@
 //! `DLOCK_SIM_TRACE=1` prints that seed's last events when it fails.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use dlock_core::redis::reference::Store;
@@ -74,8 +80,8 @@ use dlock_core::zk::ZkOp;
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind,
-    LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError,
-    Wait, ZkSettings,
+    Leader, LostReason, Notice, Op, OpId, Output, Protocol, Request, RequestId, Response,
+    TransportError, Wait, ZkSettings,
 };
 use dlock_testkit::Rng;
 
@@ -87,6 +93,8 @@ const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
 const SEMAPHORES: [(&str, u32); 2] = [("pool", 2), ("a{b}c", 3)];
 /// Read-write locks (apart from the lock of one name, too).
 const RW_LOCKS: [&str; 2] = ["doc", "orders/42"];
+/// The election (one Redis worlds): the lock of this name, whose new holders proclaim.
+const ELECTION: &str = NAMES[0];
 const STEPS_PER_SEED: u64 = 5_000;
 /// The longest lease a client asks for (an extend's 2 s), and the longest lock-delay it sets
 /// (1 s) as the server keeps it: 1% longer (PROTOCOL.md §4).
@@ -228,6 +236,15 @@ enum OpKind {
         hold: HoldId,
     },
     Extend,
+    /// A proclaim by a hold whose fencing token is `term`.
+    Proclaim {
+        hold: HoldId,
+        term: u64,
+    },
+    /// An observe of [`ELECTION`], and the last leader it reported.
+    Observe {
+        last: Option<Leader>,
+    },
 }
 
 struct Client {
@@ -243,6 +260,10 @@ struct Client {
     ops: BTreeMap<OpId, OpKind>,
     next_op: u64,
     lock_delay: Duration,
+    /// New tenures of the election, to proclaim.
+    to_proclaim: Vec<HoldId>,
+    /// Proclaims made (for unique values).
+    proclaims: u64,
 }
 
 /// True time `t` (ns) as read on a clock whose rate is `ppm` off.
@@ -294,6 +315,8 @@ struct World {
     zk: Option<(ZkStore, u64)>,
     touched: BTreeMap<SessionId, u64>,
     clients: Vec<Client>,
+    /// Every value proclaimed for the election, by term.
+    proclaimed: BTreeMap<u64, BTreeSet<String>>,
     last_token: BTreeMap<String, u64>,
     /// Per lock: true time before which no new tenure may start, because a holder with
     /// lock-delay lapsed (told lost as its lease ran out, or crashed) without releasing.
@@ -357,6 +380,9 @@ struct Stats {
     redis_restarts: u64,
     expiries: u64,
     breaks: u64,
+    /// Proclaims sent, and leaders that observers reported.
+    proclaims: u64,
+    leaders_seen: u64,
 }
 
 impl World {
@@ -376,6 +402,8 @@ impl World {
                 ops: BTreeMap::new(),
                 next_op: 1,
                 lock_delay: Duration::ZERO,
+                to_proclaim: Vec::new(),
+                proclaims: 0,
             })
             .collect();
         let mut world = World {
@@ -395,6 +423,7 @@ impl World {
             zk: None,
             touched: BTreeMap::new(),
             clients,
+            proclaimed: BTreeMap::new(),
             last_token: BTreeMap::new(),
             lapses: BTreeMap::new(),
             permit_lapses: BTreeMap::new(),
@@ -773,6 +802,9 @@ impl World {
                         }
                         let locks = vec![(name.clone(), token)];
                         self.new_tenure(c, hold, locks, valid_until, release_at);
+                        if name == ELECTION && self.elects() {
+                            self.clients[c].to_proclaim.push(hold);
+                        }
                     }
                 }
                 (
@@ -918,7 +950,21 @@ impl World {
                     Event::NotAcquired { .. } | Event::Failed { .. },
                 )
                 | (OpKind::Release { .. }, Event::Released { .. } | Event::Failed { .. })
-                | (OpKind::Extend, Event::Extended { .. } | Event::Failed { .. }) => {}
+                | (OpKind::Extend, Event::Extended { .. } | Event::Failed { .. })
+                | (OpKind::Proclaim { .. }, Event::Failed { .. })
+                | (OpKind::Observe { .. }, Event::NotAcquired { .. } | Event::Failed { .. }) => {}
+                (
+                    OpKind::Proclaim { hold, term },
+                    Event::Proclaimed {
+                        hold: h, term: t, ..
+                    },
+                ) => {
+                    if (hold, term) != (h, t) {
+                        self.fail(format!(
+                            "client {c}: the proclaim of {hold:?} with token {term} reported {h:?} term {t}"
+                        ));
+                    }
+                }
                 _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
             }
             if let Event::Failed { error, .. } = &event
@@ -940,6 +986,7 @@ impl World {
                     b.valid_until = b.valid_until.max(valid_until);
                 }
             }
+            Event::Leader { op, leader } => self.leader_seen(c, op, leader),
             Event::Lost { hold, reason } => {
                 if reason == LostReason::Expired {
                     self.lapse(c, hold);
@@ -958,6 +1005,82 @@ impl World {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Worlds whose backend offers elections: one Redis.
+    fn elects(&self) -> bool {
+        self.redlock.is_none() && self.sql.is_none() && self.zk.is_none() && !self.redisson
+    }
+
+    /// Observe `op` of client `c` reported `leader`: a value proclaimed under its term, and
+    /// terms that only grow (a new value within a term aside).
+    fn leader_seen(&mut self, c: usize, op: OpId, leader: Option<Leader>) {
+        let Some(OpKind::Observe { last }) = self.clients[c].ops.get(&op) else {
+            self.fail(format!(
+                "client {c}: a leader event for {op:?}, which does not observe"
+            ));
+        };
+        let Some(l) = leader else { return };
+        if !self
+            .proclaimed
+            .get(&l.term)
+            .is_some_and(|v| v.contains(&l.value))
+        {
+            self.fail(format!(
+                "client {c}: observed leader {l:?}, which was never proclaimed"
+            ));
+        }
+        if let Some(p) = last
+            && !(l.term > p.term || (l.term == p.term && l.value != p.value))
+        {
+            self.fail(format!("client {c}: observed {l:?} after {p:?}"));
+        }
+        self.stats.leaders_seen += 1;
+        if let Some(OpKind::Observe { last }) = self.clients[c].ops.get_mut(&op) {
+            *last = Some(l);
+        }
+    }
+
+    /// The election's part of the application: proclaim new tenures of it, observe it (and
+    /// stop); when draining, stop observing.
+    fn elect(&mut self, c: usize) {
+        let observing: Vec<OpId> = self.clients[c]
+            .ops
+            .iter()
+            .filter(|(_, k)| matches!(k, OpKind::Observe { .. }))
+            .map(|(op, _)| *op)
+            .collect();
+        if self.draining || (!observing.is_empty() && self.rng.chance(10)) {
+            for op in observing {
+                let local = self.clients[c].local(self.now);
+                if let Some(engine) = self.clients[c].engine.as_mut() {
+                    engine.handle_input(local, Input::Command(Command::Cancel { op }));
+                }
+            }
+            return self.pump(c);
+        }
+        if let Some(hold) = self.clients[c].to_proclaim.pop()
+            && let Some(b) = self.clients[c].beliefs.get(&hold)
+        {
+            let term = b.locks[0].1;
+            let client = &mut self.clients[c];
+            client.proclaims += 1;
+            let value = format!("c{c}.{}.{}:{term}", client.incarnation, client.proclaims);
+            self.proclaimed
+                .entry(term)
+                .or_default()
+                .insert(value.clone());
+            self.stats.proclaims += 1;
+            let kind = OpKind::Proclaim { hold, term };
+            return self.command(c, kind, |op| Command::Proclaim { op, hold, value });
+        }
+        if observing.is_empty() && self.rng.chance(30) {
+            let kind = OpKind::Observe { last: None };
+            self.command(c, kind, |op| Command::Observe {
+                op,
+                name: ELECTION.into(),
+            });
         }
     }
 
@@ -1320,6 +1443,7 @@ impl World {
             client.zk = None;
             client.beliefs.clear();
             client.ops.clear();
+            client.to_proclaim.clear();
             let down = self.rng.range(10, 2000) * MS;
             self.schedule(down, Msg::Restart { client: c });
             return;
@@ -1350,6 +1474,9 @@ impl World {
                 op,
                 hold,
             });
+        }
+        if self.elects() {
+            self.elect(c);
         }
         if self.draining {
             return;
@@ -2089,6 +2216,8 @@ impl std::ops::AddAssign for Stats {
         self.redis_restarts += s.redis_restarts;
         self.expiries += s.expiries;
         self.breaks += s.breaks;
+        self.proclaims += s.proclaims;
+        self.leaders_seen += s.leaders_seen;
     }
 }
 
@@ -2150,7 +2279,7 @@ fn simulation() {
     };
     let total = run_seeds(&seeds, trace).unwrap_or_else(|violation| panic!("{violation}"));
     println!(
-        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock, {} on SQL, {} Redisson-compatible), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} Redis restarts, {} broken connections, {} expired sessions, 0 violations",
+        "simulation: {} seeds ({}..={}; {} on ZooKeeper, {} on Redlock, {} on SQL, {} Redisson-compatible), {} steps, {} acquisitions ({} of multi-locks, {} of semaphore permits, {} of read-write holds), {} losses, {} pauses, {} crashes, {} Redlock node crashes, {} Redis restarts, {} broken connections, {} expired sessions, {} proclaims, {} leaders observed, 0 violations",
         seeds.len(),
         seeds[0],
         seeds[seeds.len() - 1],
@@ -2169,7 +2298,9 @@ fn simulation() {
         total.node_crashes,
         total.redis_restarts,
         total.breaks,
-        total.expiries
+        total.expiries,
+        total.proclaims,
+        total.leaders_seen
     );
     if seeds.len() > 1 {
         assert!(
@@ -2182,7 +2313,9 @@ fn simulation() {
                 && total.multi > 1_000
                 && total.permits > 1_000
                 && total.rw > 1_000
-                && total.lost > 100,
+                && total.lost > 100
+                && total.proclaims > 300
+                && total.leaders_seen > 300,
             "the simulation exercised too little: {total:?}"
         );
     }

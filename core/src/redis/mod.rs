@@ -869,13 +869,15 @@ pub fn leader_channel(name: &str) -> String {
     keys_of(name)("leader")
 }
 
-/// PROCLAIM: tenure `token`, the holder of lock `keys`, publishes `value` as the leader of
-/// the election of that name.
-pub fn proclaim(keys: &LockKeys, token: &str, value: &str) -> RedisOp {
+/// PROCLAIM: tenure `token` of term `term`, the holder of lock `keys`, publishes `value` as
+/// the leader of the election of that name. The term is checked as well as the token: a
+/// delayed ACQUIRE can give a token that has left a new tenure nobody uses (§7), which a
+/// delayed PROCLAIM must not make a leader.
+pub fn proclaim(keys: &LockKeys, token: &str, term: u64, value: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Proclaim,
         keys: vec![keys.lock.clone()],
-        args: vec![token.to_owned(), value.to_owned()],
+        args: vec![token.to_owned(), term.to_string(), value.to_owned()],
     }
 }
 

@@ -318,12 +318,18 @@ impl Store {
 
     fn proclaim(&mut self, keys: &[String], args: &[String]) -> Result<Value, String> {
         let [lock] = keys_n::<1>(keys)?;
-        let [token, value] = args_n::<2>(args)?;
+        let [token, term, value] = args_n::<3>(args)?;
 
-        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str()) {
+        let held = self.hget(lock, "fence")?;
+        let term = match plant::on(Plant::ProclaimAnyTerm) {
+            true => held.clone().unwrap_or_default(),
+            false => term.clone(),
+        };
+        if self.hget(lock, "owner")?.as_deref() != Some(token.as_str())
+            || held.as_deref() != Some(term.as_str())
+        {
             return Ok(ints(&[0]));
         }
-        let term = self.hget(lock, "fence")?.unwrap_or_default();
         self.hset(lock, &[("value", value.clone())])?;
         self.published
             .push((leader_channel(lock), format!("{term} {value}").into_bytes()));

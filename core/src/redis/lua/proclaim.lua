@@ -1,10 +1,11 @@
--- PROCLAIM: the leader of an election publishes its value. KEYS: lock. ARGV: owner token, value.
--- Replies {1, term} stored and published on the election's channel | {0} not the owner.
+-- PROCLAIM: the leader of an election publishes its value. KEYS: lock.
+-- ARGV: owner token, term (the tenure's fencing token), value.
+-- Replies {1, term} stored and published on the election's channel | {0} not this tenure's.
 local lock = KEYS[1]
-local token, value = ARGV[1], ARGV[2]
+local token, term, value = ARGV[1], ARGV[2], ARGV[3]
 
-if redis.call('HGET', lock, 'owner') ~= token then return {0} end
-local term = redis.call('HGET', lock, 'fence')
+local held = redis.call('HMGET', lock, 'owner', 'fence')
+if held[1] ~= token or held[2] ~= term then return {0} end
 redis.call('HSET', lock, 'value', value)
 redis.call('PUBLISH', string.sub(lock, 1, -5) .. 'leader', term .. ' ' .. value)
 return {1, tonumber(term)}

@@ -10,6 +10,7 @@ use super::{Life, Purpose, Redis, RedisTimer, Target, Wire};
 use crate::base::retry_delay;
 use crate::error::Error;
 use crate::lock::Backend;
+use crate::plant::{self, Plant};
 use crate::redis::{self, LeaderRead, LockKeys, RedisOp, Value};
 use crate::types::{Event, HoldId, Leader, OpId};
 
@@ -30,6 +31,8 @@ struct Observer {
     channel: String,
     /// What the last event said; `None` before the first.
     shown: Option<Option<Leader>>,
+    /// The highest term reported (reports of the lock free since keep it).
+    term: u64,
     /// The read under way, if one is.
     reading: Option<u64>,
     /// Its answer is out of date: a message came after it was sent.
@@ -37,12 +40,15 @@ struct Observer {
 }
 
 impl Observer {
-    /// The highest term reported so far.
-    fn term(&self) -> u64 {
-        match &self.shown {
-            Some(Some(l)) => l.term,
-            _ => 0,
+    /// Reports `leader`.
+    fn show(&mut self, life_event: impl FnOnce(Option<Leader>), leader: Option<Leader>) {
+        match &leader {
+            Some(l) => self.term = self.term.max(l.term),
+            None if plant::on(Plant::ObserverForgetsTerm) => self.term = 0,
+            None => {}
         }
+        self.shown = Some(leader.clone());
+        life_event(leader);
     }
 }
 
@@ -54,19 +60,23 @@ impl<W: Wire> Redis<W> {
         seq: u64,
         value: String,
     ) -> Result<(), Error> {
-        let t = life
+        let hold = HoldId(seq);
+        let term = life
             .tenures
-            .get_mut(seq)
-            .ok_or(Error::NotHeld { hold: HoldId(seq) })?;
+            .held(seq)
+            .ok_or(Error::NotHeld { hold })?
+            .fencing_token;
+        let t = life.tenures.get_mut(seq).ok_or(Error::NotHeld { hold })?;
         if !matches!(t.data.target, Target::Lock) {
             return Err(Error::InvalidArgument(
                 "an election's leader holds a lock, not a permit or a read-write hold".into(),
             ));
         }
         t.data.leads = true;
-        let req = self
-            .wire
-            .op(redis::proclaim(&t.data.keys, &t.token, &value), &[&t.name]);
+        let req = self.wire.op(
+            redis::proclaim(&t.data.keys, &t.token, term, &value),
+            &[&t.name],
+        );
         life.send(req, Purpose::Proclaim { seq, op });
         Ok(())
     }
@@ -113,6 +123,7 @@ impl<W: Wire> Redis<W> {
                 keys: LockKeys::new(&name),
                 channel: channel.clone(),
                 shown: None,
+                term: 0,
                 reading: None,
                 stale: false,
             },
@@ -206,15 +217,14 @@ impl<W: Wire> Redis<W> {
             };
             if let Some((term, Some(value))) = message
                 && o.shown.is_some()
-                && term > o.term()
+                && term > o.term
             {
                 let leader = Some(Leader {
                     term,
                     value: value.to_owned(),
                 });
-                o.shown = Some(leader.clone());
                 o.stale = o.reading.is_some();
-                life.event(Event::Leader { op, leader });
+                o.show(|leader| life.event(Event::Leader { op, leader }), leader);
             }
             self.read(life, op);
         }
@@ -270,10 +280,9 @@ impl<W: Wire> Redis<W> {
                     // Free after a leader; a new holder that has not proclaimed yet is no news.
                     (Some(shown), None) => shown.is_some() && !held,
                 };
-                let newer = leader.as_ref().is_none_or(|l| l.term >= o.term());
+                let newer = leader.as_ref().is_none_or(|l| l.term >= o.term);
                 if news && newer {
-                    o.shown = Some(leader.clone());
-                    life.event(Event::Leader { op, leader });
+                    o.show(|leader| life.event(Event::Leader { op, leader }), leader);
                 }
                 let lapse = ttl.map_or(poll, |t| t + Duration::from_millis(1));
                 now + lapse.min(poll)
