@@ -28,8 +28,18 @@ from types import TracebackType
 from typing import Any, Callable, List, Optional, Type, TypeVar, cast
 
 from . import _api
-from ._api import LockStatus, OnLost
-from ._dlock import DEFAULT_LEASE, ERROR_CODES, LOST_REASONS, Engine, NativeClient, NativeHeld, _shutdown, new_owner
+from ._api import Leader, LockStatus, OnLost
+from ._dlock import (
+    DEFAULT_LEASE,
+    ERROR_CODES,
+    LOST_REASONS,
+    Engine,
+    NativeClient,
+    NativeHeld,
+    NativeObserver,
+    _shutdown,
+    new_owner,
+)
 from .errors import BackendError, ClientClosed, DlockError, InvalidArgument, LockLost, LockTimeout, NotHeld
 
 __all__ = [
@@ -40,15 +50,19 @@ __all__ = [
     "Client",
     "ClientClosed",
     "DlockError",
+    "Election",
     "Engine",
     "Held",
     "InvalidArgument",
+    "Leader",
+    "Leadership",
     "Lock",
     "LockLost",
     "LockStatus",
     "LockTimeout",
     "MultiLock",
     "NotHeld",
+    "Observer",
     "RwLock",
     "Semaphore",
     "connect",
@@ -233,6 +247,84 @@ class RwLock(_api.RwLockBase[Lock]):
 
 
 
+class Leadership(Held):
+    """Leading an election, for one term: the held lock of the election's name, whose holder
+    published a value. Resign once (or leave its ``with`` block); safe to use from any thread.
+    ``is_lost``, ``lost_reason`` and ``wait_lost()`` tell when it is lost — stop leading then:
+    it is told when its local validity runs out, before the server could give the lock to
+    the next candidate."""
+
+    @property
+    def term(self) -> int:
+        """The term: the fencing token of the tenure that leads, larger than every earlier
+        term's. Hand it to what the leader writes to, and have that refuse smaller ones."""
+        return self.fencing_token
+
+    def proclaim(self, value: str) -> None:
+        """Publishes a new value under the same term."""
+        self._native.proclaim(value).wait()
+
+    def resign(self) -> None:
+        """Steps down, for this term only: the next candidate leads at once, and observers
+        hear of it. Raises :class:`LockLost` if leadership was lost meanwhile."""
+        self.release()
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+
+class Observer:
+    """The changes of an election's leader, as an iterator: the current leader first, then
+    each new term or value, and None once nobody leads. Iteration blocks (the GIL released)
+    until the next change; ``close()`` (or leaving its ``with`` block) stops it."""
+
+    def __init__(self, native: NativeObserver) -> None:
+        self._native = native
+
+    def __iter__(self) -> "Observer":
+        return self
+
+    def __next__(self) -> Optional[Leader]:
+        try:
+            return _api.leader(self._native.next().wait())
+        except ClientClosed:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        self._native.close()
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+
+class Election(_api.ElectionBase):
+    """An election (see :meth:`Client.election`)."""
+
+    def campaign(self, value: str = "", *, on_lost: Optional[OnLost] = None) -> Leadership:
+        """Blocks until this candidate leads (up to ``wait`` seconds: :class:`LockTimeout`),
+        then publishes ``value`` — who it is, where to reach it — and returns the leadership.
+        Candidates lead one at a time, first come, first served. ``on_lost(leadership,
+        reason)`` is called once, from a thread, if leadership is lost::
+
+            with client.election("scheduler").campaign("worker-1:8080") as lead:
+                run_scheduler(fence=lead.term, stop=lead.wait_lost)
+        """
+        return Leadership(self._campaign(value).wait(), on_lost)
+
+    def leader(self) -> Optional[Leader]:
+        """The current leader, None if nobody leads."""
+        return _api.leader(self.client._native.leader(self.name).wait())
+
+    def observe(self) -> Observer:
+        """Every change of leader, pushed: see :class:`Observer`."""
+        return Observer(self.client._native.observe(self.name))
+
+
 class Client(
     _api.ClientBase[Lock, MultiLock, RwLock, Semaphore],
     primitives=(Lock, MultiLock, RwLock, Semaphore),
@@ -243,6 +335,14 @@ class Client(
     def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
         return _api.status(name, self._native.status(name).wait())
+
+    def election(self, name: str, *, lease: float = DEFAULT_LEASE, wait: Optional[float] = None) -> Election:
+        """The election ``name``: the lock of that name, whose holder publishes a value
+        (docs/PROTOCOL.md §20). :meth:`Election.campaign` waits to lead, :meth:`Election.leader`
+        reads who leads, :meth:`Election.observe` follows each change. ``lease`` is the
+        leader's, renewed while it leads (a dead leader is replaced within about that long);
+        ``wait`` bounds a campaign. Redis, Redis Cluster and memory://."""
+        return Election(self, name, lease=lease, wait=wait)
 
     def fenced_write(self, resource: str, token: int, value: str) -> bool:
         """Fencing at the resource, in one call: stores ``value`` in the Redis hash

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, Protocol, Tuple, TypeVar
 
-from ._dlock import DEFAULT_LEASE, NativeClient, NativeHeld, redact
+from ._dlock import DEFAULT_LEASE, Call, NativeClient, NativeHeld, redact
 
 HeldT = TypeVar("HeldT", bound="HeldBase")
 LockT = TypeVar("LockT")
@@ -44,6 +44,37 @@ class LockStatus:
     ttl: Optional[float]
     latest_token: int
     waiters: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Leader:
+    """An election's leader: its term (the fencing token of the tenure that leads, larger than
+    every earlier term's) and the value it proclaimed."""
+
+    term: int
+    value: str
+
+
+def leader(raw: "Optional[Tuple[int, str]]") -> Optional[Leader]:
+    return None if raw is None else Leader(*raw)
+
+
+class ElectionBase:
+    """An election's name and options: the lock of that name, whose holder publishes a value
+    (docs/PROTOCOL.md §20)."""
+
+    def __init__(self, client: "ClientBase[Any, Any, Any, Any]", name: str, *, lease: float, wait: Optional[float]) -> None:
+        self.client = client
+        self.name = name
+        self.lease = lease
+        self.wait = wait
+
+    def _campaign(self, value: str) -> "Call[NativeHeld]":
+        return self.client._native.campaign(self.name, value, self.lease, self.wait)
+
+    def __repr__(self) -> str:
+        kind = f"{type(self).__module__}.{type(self).__qualname__}"
+        return f"<{kind} {self.name!r} lease={self.lease}s wait={self.wait}>"
 
 
 def status(name: str, raw: "tuple[Optional[str], int, int, Optional[float], int, List[str]]") -> LockStatus:

@@ -21,11 +21,22 @@ from types import TracebackType
 from typing import Any, Callable, List, Optional, Type, TypeVar, cast
 
 from . import _api
-from ._api import LockStatus, OnLost
-from ._dlock import Call, NativeClient, NativeHeld, new_owner
-from .errors import LockLost
+from ._api import Leader, LockStatus, OnLost
+from ._dlock import DEFAULT_LEASE, Call, NativeClient, NativeHeld, NativeObserver, new_owner
+from .errors import ClientClosed, LockLost
 
-__all__ = ["AsyncClient", "AsyncHeld", "AsyncLock", "AsyncMultiLock", "AsyncRwLock", "AsyncSemaphore", "connect"]
+__all__ = [
+    "AsyncClient",
+    "AsyncElection",
+    "AsyncHeld",
+    "AsyncLeadership",
+    "AsyncLock",
+    "AsyncMultiLock",
+    "AsyncObserver",
+    "AsyncRwLock",
+    "AsyncSemaphore",
+    "connect",
+]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -203,6 +214,105 @@ class AsyncRwLock(_api.RwLockBase[AsyncLock]):
     _lock_class = AsyncLock
 
 
+class AsyncLeadership(AsyncHeld):
+    """Leading an election, for one term; see :class:`dlock.Leadership`."""
+
+    @property
+    def term(self) -> int:
+        """The term: the tenure's fencing token, larger than every earlier term's."""
+        return self.fencing_token
+
+    async def proclaim(self, value: str) -> None:
+        """Publishes a new value under the same term."""
+        await _run(self._native.proclaim(value))
+
+    async def resign(self) -> None:
+        """Steps down, for this term only; see :meth:`dlock.Leadership.resign`."""
+        await self.release()
+
+    async def __aenter__(self) -> "AsyncLeadership":
+        return self
+
+
+class _Campaign:
+    """A campaign under way: await it for the leadership, or ``async with`` it to resign on
+    leaving the block."""
+
+    def __init__(self, election: "AsyncElection", value: str, on_lost: Optional[OnLost]) -> None:
+        self._election = election
+        self._value = value
+        self._on_lost = on_lost
+        self._lead: Optional[AsyncLeadership] = None
+
+    async def _campaign(self) -> AsyncLeadership:
+        native = await _run(self._election._campaign(self._value))
+        return AsyncLeadership(native, self._on_lost)
+
+    def __await__(self) -> Any:
+        return self._campaign().__await__()
+
+    async def __aenter__(self) -> AsyncLeadership:
+        self._lead = await self._campaign()
+        return self._lead
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        assert self._lead is not None
+        await self._lead._exit(exc)
+
+
+class AsyncObserver:
+    """The changes of an election's leader, as an async iterator; see :class:`dlock.Observer`."""
+
+    def __init__(self, native: NativeObserver) -> None:
+        self._native = native
+
+    def __aiter__(self) -> "AsyncObserver":
+        return self
+
+    async def __anext__(self) -> Optional[Leader]:
+        try:
+            return _api.leader(await _run(self._native.next()))
+        except ClientClosed:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._native.close()
+
+    async def __aenter__(self) -> "AsyncObserver":
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncElection(_api.ElectionBase):
+    """An election for asyncio (see :meth:`AsyncClient.election`)."""
+
+    def campaign(self, value: str = "", *, on_lost: Optional[OnLost] = None) -> _Campaign:
+        """Waits to lead, then publishes ``value``; see :meth:`dlock.Election.campaign`::
+
+            async with client.election("scheduler").campaign("worker-1:8080") as lead:
+                await run_scheduler(fence=lead.term)
+        """
+        return _Campaign(self, value, on_lost)
+
+    async def leader(self) -> Optional[Leader]:
+        """The current leader, None if nobody leads."""
+        return _api.leader(await _run(self.client._native.leader(self.name)))
+
+    def observe(self) -> AsyncObserver:
+        """Every change of leader, pushed::
+
+            async for leader in client.election("scheduler").observe():
+                print(leader)
+        """
+        return AsyncObserver(self.client._native.observe(self.name))
+
+
 class AsyncClient(
     _api.ClientBase[AsyncLock, AsyncMultiLock, AsyncRwLock, AsyncSemaphore],
     primitives=(AsyncLock, AsyncMultiLock, AsyncRwLock, AsyncSemaphore),
@@ -213,6 +323,10 @@ class AsyncClient(
     async def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
         return _api.status(name, await _run(self._native.status(name)))
+
+    def election(self, name: str, *, lease: float = DEFAULT_LEASE, wait: Optional[float] = None) -> AsyncElection:
+        """The election ``name``; see :meth:`dlock.Client.election`."""
+        return AsyncElection(self, name, lease=lease, wait=wait)
 
     async def fenced_write(self, resource: str, token: int, value: str) -> bool:
         """See :meth:`dlock.Client.fenced_write`."""

@@ -348,7 +348,7 @@ impl NativeClient {
         let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
         Ok(Call::new(async move {
             let held = spec.acquire(&client).await?;
-            Ok(NativeHeld { held })
+            Ok(NativeHeld { held, lead: None })
         }))
     }
 
@@ -357,7 +357,7 @@ impl NativeClient {
         let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
         Ok(Call::new(async move {
             let held = spec.try_acquire(&client).await?;
-            Ok(held.map(|held| NativeHeld { held }))
+            Ok(held.map(|held| NativeHeld { held, lead: None }))
         }))
     }
 
@@ -405,6 +405,47 @@ impl NativeClient {
         }))
     }
 
+    /// Waits to lead election `name` (up to `wait` seconds), then publishes `value`.
+    #[pyo3(signature = (name, value, lease, wait=None))]
+    fn campaign(
+        &self,
+        py: Python<'_>,
+        name: String,
+        value: String,
+        lease: f64,
+        wait: Option<f64>,
+    ) -> PyResult<Call> {
+        let mut election = self.client(py)?.election(name);
+        election = election.lease(seconds(py, "lease", lease)?);
+        if let Some(wait) = optional_seconds(py, "wait", wait)? {
+            election = election.wait(wait);
+        }
+        Ok(Call::new(async move {
+            let lead = election.campaign(value).await?;
+            Ok(NativeHeld {
+                held: lead.guard().clone(),
+                lead: Some(lead),
+            })
+        }))
+    }
+
+    /// `(term, value)` of election `name`'s leader, None if nobody leads.
+    fn leader(&self, py: Python<'_>, name: String) -> PyResult<Call> {
+        let election = self.client(py)?.election(name);
+        Ok(Call::new(async move {
+            Ok(election.leader().await?.map(|l| (l.term, l.value)))
+        }))
+    }
+
+    /// Follows election `name`'s leader: see `NativeObserver`.
+    fn observe(&self, py: Python<'_>, name: String) -> PyResult<NativeObserver> {
+        let observer = self.client(py)?.election(name).observe();
+        let observer = observer.map_err(|e| to_py(py, &e))?;
+        Ok(NativeObserver {
+            observer: Arc::new(tokio::sync::Mutex::new(Some(observer))),
+        })
+    }
+
     /// Stops taking calls. Held locks stay held until released.
     fn close(&self) {
         self.client.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -429,10 +470,13 @@ impl NativeClient {
     }
 }
 
-/// A held lock. Safe to use from any thread; released once.
+/// A held lock, or the lock of an election's leadership. Safe to use from any thread;
+/// released (resigned) once.
 #[pyclass(frozen, module = "dlock._dlock")]
 struct NativeHeld {
     held: dlock::SharedGuard,
+    /// The leadership whose lock this is.
+    lead: Option<dlock::Leadership>,
 }
 
 #[pymethods]
@@ -471,6 +515,15 @@ impl NativeHeld {
         Call::new(async move { held.release().await })
     }
 
+    /// Publishes `value` under the same term (a leadership's only).
+    fn proclaim(&self, py: Python<'_>, value: String) -> PyResult<Call> {
+        let lead = self
+            .lead
+            .clone()
+            .ok_or_else(|| invalid(py, "only a leadership proclaims".into()))?;
+        Ok(Call::new(async move { lead.proclaim(value).await }))
+    }
+
     fn extend(&self, py: Python<'_>, lease: f64) -> PyResult<Call> {
         let (lease, held) = (seconds(py, "lease", lease)?, self.held.clone());
         Ok(Call::new(async move { held.extend(lease).await }))
@@ -492,11 +545,48 @@ impl NativeHeld {
     }
 }
 
+/// The changes of an election's leader, one `next()` at a time.
+#[pyclass(frozen, module = "dlock._dlock")]
+struct NativeObserver {
+    observer: Arc<tokio::sync::Mutex<Option<dlock::Observer>>>,
+}
+
+#[pymethods]
+impl NativeObserver {
+    /// The next change: `(term, value)`, or None once nobody leads. Raises `ClientClosed`
+    /// once closed.
+    fn next(&self) -> Call {
+        let observer = self.observer.clone();
+        Call::new(async move {
+            let mut observer = observer.lock().await;
+            let change = match observer.as_mut() {
+                Some(o) => o.changed().await?,
+                None => return Err(dlock::Error::Closed),
+            };
+            Ok(change.map(|l| (l.term, l.value)))
+        })
+    }
+
+    /// Stops observing (a `next()` under way ends with `ClientClosed`).
+    fn close(&self) {
+        if let Ok(mut observer) = self.observer.try_lock() {
+            observer.take();
+        } else {
+            // A next() is under way: it ends when the observer goes, after it.
+            let observer = self.observer.clone();
+            if let Ok(rt) = runtime() {
+                rt.spawn(async move { observer.lock().await.take() });
+            }
+        }
+    }
+}
+
 #[pymodule(name = "_dlock")]
 fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::Engine>()?;
     m.add_class::<NativeClient>()?;
     m.add_class::<NativeHeld>()?;
+    m.add_class::<NativeObserver>()?;
     m.add_class::<Call>()?;
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(new_owner, m)?)?;

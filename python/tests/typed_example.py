@@ -34,5 +34,32 @@ async def async_example(url: str) -> bool:
     return again.fencing_token > token
 
 
+def election_example(url: str) -> int:
+    client = dlock.connect(url)
+    election: dlock.Election = client.election("scheduler", lease=10.0)
+    with election.campaign("worker-1:8080") as lead:
+        term: int = lead.term
+        lead.proclaim("worker-1:8081")
+        leader: Optional[dlock.Leader] = election.leader()
+        assert leader is not None and leader.term == term
+    with election.observe() as observer:
+        first: Optional[dlock.Leader] = next(observer)
+        assert first is None
+    return term
+
+
+async def async_election_example(url: str) -> int:
+    client = await dlock.aio.connect(url)
+    async with client.election("scheduler").campaign("worker-2") as lead:
+        term: int = lead.term
+    lead2: dlock.aio.AsyncLeadership = await client.election("scheduler").campaign("worker-2")
+    await lead2.resign()
+    async for leader in client.election("scheduler").observe():
+        assert leader is None
+        break
+    return term
+
+
 if __name__ == "__main__":
     print(sync_example("memory://typed"), asyncio.run(async_example("memory://typed")))
+    print(election_example("memory://typed"), asyncio.run(async_election_example("memory://typed")))

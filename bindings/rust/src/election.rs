@@ -5,11 +5,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use dlock_core::{Command, Leader, OpId};
+use dlock_core::{Command, HoldId, Leader, OpId};
 use futures_util::Stream;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{Client, DEFAULT_LEASE, Guard, LostSignal};
+use crate::client::{Client, DEFAULT_LEASE, Guard, LostSignal, SharedGuard};
 use crate::driver::Waiter;
 use crate::{Error, LostReason};
 
@@ -65,21 +65,16 @@ impl Election {
             .acquire_within(self.wait)
             .await
             .and_then(crate::client::or_timeout)?;
-        let term = guard.fencing_token();
-        let leadership = Leadership { guard };
+        let leadership = Leadership::new(guard);
         // A failed proclaim drops the leadership, which resigns.
         leadership.proclaim(value).await?;
-        debug_assert_eq!(leadership.term(), term);
         Ok(leadership)
     }
 
     /// The current leader: its term and value; `None` when nobody leads (or the holder has
     /// not proclaimed yet).
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
-        let mut observe = self.observe()?;
-        std::future::poll_fn(|cx| observe.rx.poll_recv(cx))
-            .await
-            .unwrap_or(Err(Error::Closed))
+        self.observe()?.changed().await
     }
 
     /// Every change of leader, as it happens: the current leader first, then each new term
@@ -116,14 +111,26 @@ fn check_value(value: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Leading an election, for one term. Dropping it resigns in the background.
-#[derive(Debug)]
+/// Leading an election, for one term. Cheap to clone, and shared between tasks; when the
+/// last clone is dropped without [`resign`](Self::resign), it resigns in the background.
+#[derive(Debug, Clone)]
 #[must_use = "dropping a Leadership resigns"]
 pub struct Leadership {
-    guard: Guard,
+    guard: SharedGuard,
+    client: Client,
+    hold: HoldId,
 }
 
 impl Leadership {
+    fn new(guard: Guard) -> Self {
+        let (client, hold) = (guard.client().clone(), guard.hold());
+        Leadership {
+            guard: guard.into(),
+            client,
+            hold,
+        }
+    }
+
     /// The term: the fencing token of the tenure that leads, larger than every earlier
     /// term's. Hand it to what the leader writes to, and have that refuse smaller ones.
     pub fn term(&self) -> u64 {
@@ -136,20 +143,28 @@ impl Leadership {
 
     /// True once leadership is lost.
     pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
+        self.guard.lost_signal().reason().is_some()
     }
 
     /// Completes, once, when leadership is lost: its local validity ran out before a renewal
     /// got through (this fires before the server could give the lock to another), the server
     /// said it is someone else's, or the client closed. Stop leading then. Pending forever
-    /// while it leads.
+    /// while it leads, and after it resigned.
     pub async fn lost(&self) -> LostReason {
-        self.guard.lost().await
+        match self.guard.lost_signal().wait().await {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
     }
 
     /// A handle on the loss that lives apart from the leadership.
     pub fn lost_signal(&self) -> LostSignal {
-        self.guard.lost_signal()
+        self.guard.lost_signal().clone()
+    }
+
+    /// The held lock the leadership is, as the bindings share it.
+    pub fn guard(&self) -> &SharedGuard {
+        &self.guard
     }
 
     /// Publishes a new value under the same term.
@@ -157,19 +172,19 @@ impl Leadership {
         let value = value.into();
         check_value(&value)?;
         let (reply, done) = oneshot::channel();
-        let client = self.guard.client();
         let command = Command::Proclaim {
-            op: OpId(client.next_id()),
-            hold: self.guard.hold(),
+            op: OpId(self.client.next_id()),
+            hold: self.hold,
             value,
         };
-        client.send(command, Some(Waiter::Proclaim(reply)))?;
+        self.client.send(command, Some(Waiter::Proclaim(reply)))?;
         done.await.map_err(|_| Error::Closed)?.map(|_term| ())
     }
 
     /// Steps down, for this term only: the next candidate leads at once, and observers hear
-    /// of it.
-    pub async fn resign(self) -> Result<(), Error> {
+    /// of it. Fails [`Error::Lost`] if leadership was lost meanwhile, and with
+    /// `dlock_core::Error::NotHeld` if it resigned already.
+    pub async fn resign(&self) -> Result<(), Error> {
         self.guard.release().await
     }
 }
@@ -180,6 +195,16 @@ pub struct Observer {
     client: Client,
     op: OpId,
     rx: mpsc::UnboundedReceiver<Result<Option<Leader>, Error>>,
+}
+
+impl Observer {
+    /// The next change (what the stream yields next): the leader, or `None` once nobody
+    /// leads; [`Error::Closed`] when the client is gone.
+    pub async fn changed(&mut self) -> Result<Option<Leader>, Error> {
+        std::future::poll_fn(|cx| self.rx.poll_recv(cx))
+            .await
+            .unwrap_or(Err(Error::Closed))
+    }
 }
 
 impl Stream for Observer {
