@@ -113,6 +113,11 @@ export declare class Client {
    * throws; resolves with what `fn` returns.
    */
   withLock<T>(name: string, fn: (held: Held) => T | Promise<T>, options?: LockOptions & { signal?: AbortSignal }): Promise<T>
+  /**
+   * The election `name`: the lock of that name, whose holder publishes a value
+   * (docs/PROTOCOL.md §20). Redis, Redis Cluster and memory://.
+   */
+  election(name: string, options?: ElectionOptions): Election
   status(name: string): Promise<LockStatus>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
@@ -162,7 +167,7 @@ export declare class Semaphore extends Acquirable {
 }
 
 export declare class Held {
-  private constructor()
+  protected constructor()
   readonly name: string
   /** Larger than every earlier holder's token of this lock. */
   readonly fencingToken: bigint
@@ -175,6 +180,53 @@ export declare class Held {
   extend(leaseMs: number): Promise<void>
   release(): Promise<void>
   [Symbol.asyncDispose](): Promise<void>
+}
+
+export interface ElectionOptions {
+  /** The leader's lease, renewed while it leads (default 30000): a dead leader is replaced within about that long. */
+  leaseMs?: number
+  /** How long a campaign may wait to lead (default: as long as it takes). */
+  waitMs?: number | null
+}
+
+/** An election's leader: its term (the fencing token of the tenure that leads) and the value it proclaimed. */
+export interface Leader {
+  term: bigint
+  value: string
+}
+
+export declare class Election {
+  private constructor()
+  readonly name: string
+  readonly leaseMs: number
+  readonly waitMs: number | null
+  /**
+   * Waits to lead (rejects with DLOCK_TIMEOUT after `waitMs`, or with the signal's reason
+   * when aborted), then publishes `value` and resolves with the leadership.
+   */
+  campaign(value?: string, options?: AcquireOptions): Promise<Leadership>
+  /** The current leader, null if nobody leads. */
+  leader(): Promise<Leader | null>
+  /** Every change of leader, pushed: the current one first, then each new term or value, null once nobody leads. */
+  observe(): Observer
+}
+
+/** Leading an election, for one term. */
+export declare class Leadership extends Held {
+  /** The tenure's fencing token, larger than every earlier term's. */
+  readonly term: bigint
+  /** Publishes a new value under the same term. */
+  proclaim(value: string): Promise<void>
+  /** Steps down, for this term only: the next candidate leads at once. */
+  resign(): Promise<void>
+}
+
+/** The changes of an election's leader; leaving the `for await` loop stops it. */
+export declare class Observer implements AsyncIterableIterator<Leader | null> {
+  private constructor()
+  next(): Promise<IteratorResult<Leader | null>>
+  return(): Promise<IteratorResult<Leader | null>>
+  [Symbol.asyncIterator](): AsyncIterableIterator<Leader | null>
 }
 
 /** A value in the engine's JSON form (docs/PROTOCOL.md): inputs, outputs, configuration. */

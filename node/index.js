@@ -49,6 +49,25 @@ function abortError(signal) {
 
 let nextOwner = 1
 
+/**
+ * Runs the addon's wait `start(cancelId)`, which an aborted `signal` stops (the wait then
+ * leaves the queue and this rejects with the signal's reason).
+ */
+async function abortable(inner, signal, start) {
+  if (!signal) return call(start(null))
+  if (signal.aborted) throw abortError(signal)
+  const id = inner.newCancelId()
+  const abort = () => inner.cancel(id)
+  signal.addEventListener('abort', abort, { once: true })
+  try {
+    const out = await call(start(id))
+    if (out === null) throw abortError(signal)
+    return out
+  } finally {
+    signal.removeEventListener('abort', abort)
+  }
+}
+
 /** The fields of `fields` that are set: the addon takes an absent option as its default. */
 function defined(fields) {
   return Object.fromEntries(Object.entries(fields).filter(([, value]) => value != null))
@@ -119,6 +138,17 @@ class Client {
    */
   rwLock(name, { owner } = {}) {
     return new RwLock(this.#native, name, owner)
+  }
+
+  /**
+   * The election `name` (docs/PROTOCOL.md §20): the lock of that name, whose holder publishes
+   * a value. `campaign(value)` waits to lead, `leader()` reads who leads, `observe()` follows
+   * each change. Options: `{ leaseMs = 30000, waitMs }` — the leader's lease, renewed while it
+   * leads (a dead leader is replaced within about that long), and how long a campaign may
+   * wait. Redis, Redis Cluster and memory://.
+   */
+  election(name, options = {}) {
+    return new Election(this.#native, name, options)
   }
 
   /**
@@ -203,18 +233,7 @@ class Acquirable {
    */
   async acquire({ signal, waitMs = this.waitMs } = {}) {
     const spec = defined({ ...this._spec(), waitMs })
-    if (!signal) return new Held(await call(this.#native.acquire(spec, null)))
-    if (signal.aborted) throw abortError(signal)
-    const id = this.#native.newCancelId()
-    const abort = () => this.#native.cancel(id)
-    signal.addEventListener('abort', abort, { once: true })
-    try {
-      const inner = await call(this.#native.acquire(spec, id))
-      if (inner === null) throw abortError(signal)
-      return new Held(inner)
-    } finally {
-      signal.removeEventListener('abort', abort)
-    }
+    return new Held(await abortable(this.#native, signal, (id) => this.#native.acquire(spec, id)))
   }
 
   /** Takes it if it is free now; null otherwise. */
@@ -370,6 +389,104 @@ class Held {
   }
 }
 
+class Election {
+  #native
+
+  constructor(inner, name, { leaseMs = DEFAULT_LEASE_MS, waitMs = null } = {}) {
+    if (typeof name !== 'string') throw invalid('name must be a string')
+    this.#native = inner
+    this.name = name
+    this.leaseMs = leaseMs
+    this.waitMs = waitMs
+  }
+
+  /**
+   * Waits to lead (up to `waitMs`: rejects with DLOCK_TIMEOUT), then publishes `value` — who
+   * this candidate is, where to reach it — and resolves with the Leadership. Candidates lead
+   * one at a time, first come, first served. An aborted `signal` leaves the queue and rejects.
+   */
+  async campaign(value = '', { signal, waitMs = this.waitMs } = {}) {
+    if (typeof value !== 'string') throw invalid('value must be a string')
+    const start = (id) => this.#native.campaign(this.name, value, this.leaseMs, waitMs ?? undefined, id)
+    return new Leadership(await abortable(this.#native, signal, start))
+  }
+
+  /** The current leader, `{ term, value }` (term a bigint), or null if nobody leads. */
+  async leader() {
+    return (await call(this.#native.leader(this.name))) ?? null
+  }
+
+  /**
+   * Every change of leader, pushed, as an async iterator: the current leader first, then each
+   * new term or value, and null once nobody leads. Leaving the `for await` loop stops it.
+   */
+  observe() {
+    return new Observer(sync(() => this.#native.observe(this.name)))
+  }
+
+  [inspect.custom]() {
+    return `Election <${JSON.stringify(this.name)} leaseMs=${this.leaseMs}>`
+  }
+}
+
+/** Leading an election, for one term: a Held whose holder published a value. */
+class Leadership extends Held {
+  #native
+
+  constructor(inner) {
+    super(inner)
+    this.#native = inner
+  }
+
+  /** The term (bigint): the tenure's fencing token, larger than every earlier term's. */
+  get term() {
+    return this.fencingToken
+  }
+
+  /** Publishes a new value under the same term. */
+  async proclaim(value) {
+    if (typeof value !== 'string') throw invalid('value must be a string')
+    return call(this.#native.proclaim(value))
+  }
+
+  /** Steps down, for this term only: the next candidate leads at once. Rejects with DLOCK_LOST if leadership was lost. */
+  async resign() {
+    return this.release()
+  }
+
+  [inspect.custom]() {
+    const state = this.isLost ? `lost (${this.lostReason})` : 'leading'
+    return `Leadership <${JSON.stringify(this.name)} term=${this.term} ${state}>`
+  }
+}
+
+/** The changes of an election's leader: an async iterator (see Election#observe). */
+class Observer {
+  #native
+
+  constructor(inner) {
+    this.#native = inner
+  }
+
+  async next() {
+    try {
+      return { value: (await this.#native.next()) ?? null, done: false }
+    } catch (err) {
+      if (coded(err).code === 'DLOCK_CLOSED') return { value: undefined, done: true }
+      throw err
+    }
+  }
+
+  async return() {
+    this.#native.close()
+    return { value: undefined, done: true }
+  }
+
+  [Symbol.asyncIterator]() {
+    return this
+  }
+}
+
 function sync(f) {
   try {
     return f()
@@ -468,4 +585,4 @@ async function fencedUpdate(db, table, key, values, token, options = {}) {
   return affected > 0
 }
 
-module.exports = { connect, fencedUpdate, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }
+module.exports = { connect, fencedUpdate, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Election, Leadership, Observer, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }

@@ -181,6 +181,79 @@ impl NativeClient {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
         client.clone().ok_or_else(|| js_error(dlock::Error::Closed))
     }
+
+    /// Runs a wait that `cancel(cancel_id)` may stop (then `None`: dropping it leaves the
+    /// queue).
+    async fn cancellable<T>(
+        &self,
+        cancel_id: Option<u32>,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let Some(id) = cancel_id else {
+            return Some(wait.await);
+        };
+        let (tx, rx) = oneshot::channel();
+        let cancels = || self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        cancels().insert(id, tx);
+        let out = tokio::select! {
+            out = wait => Some(out),
+            _ = rx => None,
+        };
+        cancels().remove(&id);
+        out
+    }
+}
+
+/// An election's leader.
+#[napi(object)]
+#[derive(Debug)]
+pub struct LeaderInfo {
+    /// The fencing token of the tenure that leads.
+    pub term: BigInt,
+    pub value: String,
+}
+
+impl From<dlock::Leader> for LeaderInfo {
+    fn from(l: dlock::Leader) -> Self {
+        LeaderInfo {
+            term: BigInt::from(l.term),
+            value: l.value,
+        }
+    }
+}
+
+/// The changes of an election's leader, one `next()` at a time.
+#[napi]
+#[derive(Debug)]
+pub struct NativeObserver {
+    observer: Arc<tokio::sync::Mutex<Option<dlock::Observer>>>,
+}
+
+#[napi]
+impl NativeObserver {
+    /// The next change: the leader, or null once nobody leads. Rejects with DLOCK_CLOSED once
+    /// closed.
+    #[napi]
+    pub async fn next(&self) -> Result<Option<LeaderInfo>> {
+        let mut observer = self.observer.lock().await;
+        let change = match observer.as_mut() {
+            Some(o) => o.changed().await,
+            None => Err(dlock::Error::Closed),
+        };
+        Ok(change.map_err(js_error)?.map(LeaderInfo::from))
+    }
+
+    /// Stops observing; a `next()` under way ends with DLOCK_CLOSED.
+    #[napi]
+    pub fn close(&self) {
+        match self.observer.try_lock() {
+            Ok(mut observer) => drop(observer.take()),
+            Err(_) => {
+                let observer = self.observer.clone();
+                napi::bindgen_prelude::spawn(async move { drop(observer.lock().await.take()) });
+            }
+        }
+    }
 }
 
 #[napi]
@@ -196,23 +269,9 @@ impl NativeClient {
     #[napi]
     pub async fn acquire(&self, spec: Spec, cancel_id: Option<u32>) -> Result<Option<NativeHeld>> {
         let (client, spec) = (self.client()?, spec.to_rust()?);
-        let acquire = spec.acquire(&client);
-        let held = match cancel_id {
-            None => Some(acquire.await),
-            Some(id) => {
-                let (tx, rx) = oneshot::channel();
-                let cancels = || self.cancels.lock().unwrap_or_else(|e| e.into_inner());
-                cancels().insert(id, tx);
-                let out = tokio::select! {
-                    out = acquire => Some(out),
-                    _ = rx => None,
-                };
-                cancels().remove(&id);
-                out
-            }
-        };
+        let held = self.cancellable(cancel_id, spec.acquire(&client)).await;
         let held = held.transpose().map_err(js_error)?;
-        Ok(held.map(|held| NativeHeld { held }))
+        Ok(held.map(|held| NativeHeld { held, lead: None }))
     }
 
     /// Takes what `spec` names if it is free now; null if not.
@@ -220,7 +279,49 @@ impl NativeClient {
     pub async fn try_acquire(&self, spec: Spec) -> Result<Option<NativeHeld>> {
         let (client, spec) = (self.client()?, spec.to_rust()?);
         let held = spec.try_acquire(&client).await.map_err(js_error)?;
-        Ok(held.map(|held| NativeHeld { held }))
+        Ok(held.map(|held| NativeHeld { held, lead: None }))
+    }
+
+    /// Waits to lead election `name` (up to `waitMs`), then publishes `value`; null if
+    /// `cancel(cancelId)` stopped the wait.
+    #[napi]
+    pub async fn campaign(
+        &self,
+        name: String,
+        value: String,
+        lease_ms: f64,
+        wait_ms: Option<f64>,
+        cancel_id: Option<u32>,
+    ) -> Result<Option<NativeHeld>> {
+        let mut election = self
+            .client()?
+            .election(name)
+            .lease(millis("leaseMs", lease_ms)?);
+        if let Some(wait) = optional_millis("waitMs", wait_ms)? {
+            election = election.wait(wait);
+        }
+        let lead = self.cancellable(cancel_id, election.campaign(value)).await;
+        let lead = lead.transpose().map_err(js_error)?;
+        Ok(lead.map(|lead| NativeHeld {
+            held: lead.guard().clone(),
+            lead: Some(lead),
+        }))
+    }
+
+    /// The leader of election `name`: its term and value, null if nobody leads.
+    #[napi]
+    pub async fn leader(&self, name: String) -> Result<Option<LeaderInfo>> {
+        let leader = self.client()?.election(name).leader().await;
+        Ok(leader.map_err(js_error)?.map(LeaderInfo::from))
+    }
+
+    /// Follows election `name`'s leader: see `NativeObserver`.
+    #[napi]
+    pub fn observe(&self, name: String) -> Result<NativeObserver> {
+        let observer = self.client()?.election(name).observe().map_err(js_error)?;
+        Ok(NativeObserver {
+            observer: Arc::new(tokio::sync::Mutex::new(Some(observer))),
+        })
     }
 
     /// Stops the acquire started with this cancel id (it then resolves with null).
@@ -306,6 +407,8 @@ impl NativeClient {
 #[derive(Debug)]
 pub struct NativeHeld {
     held: dlock::SharedGuard,
+    /// The leadership whose lock this is.
+    lead: Option<dlock::Leadership>,
 }
 
 #[napi]
@@ -350,6 +453,16 @@ impl NativeHeld {
     #[napi]
     pub async fn release(&self) -> Result<()> {
         self.held.release().await.map_err(js_error)
+    }
+
+    /// Publishes `value` under the same term (a leadership's only).
+    #[napi]
+    pub async fn proclaim(&self, value: String) -> Result<()> {
+        let Some(lead) = &self.lead else {
+            let why = "only a leadership proclaims".to_owned();
+            return Err(js_error(dlock::Error::InvalidArgument(why)));
+        };
+        lead.proclaim(value).await.map_err(js_error)
     }
 
     #[napi]

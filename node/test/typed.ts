@@ -1,6 +1,6 @@
 // Type-checked with `tsc --strict` and run (downlevelled for Node 20) by typescript.test.mjs:
 // the API as TypeScript users write it, `await using` included.
-import { connect, ERROR_CODES, LOST_REASONS, type Client, type Held, type LockStatus, type DlockError, type DlockErrorCode, type LostReason } from 'dlock'
+import { connect, ERROR_CODES, LOST_REASONS, type Client, type Election, type Held, type Leader, type Leadership, type LockStatus, type DlockError, type DlockErrorCode, type LostReason } from 'dlock'
 
 async function main(url: string): Promise<void> {
   const client: Client = await connect(url, { requestTimeoutMs: 2000 })
@@ -26,6 +26,16 @@ async function main(url: string): Promise<void> {
   }
   const doubled: number = await client.withLock('typed', async (held: Held) => Number(held.fencingToken) * 2, { waitMs: 1_000 })
   if (doubled < 2) throw new Error('withLock did not run under the lock')
+  const election: Election = client.election('typed-election', { leaseMs: 5_000 })
+  const lead: Leadership = await election.campaign('me')
+  const term: bigint = lead.term
+  await lead.proclaim('me too')
+  const leader: Leader | null = await election.leader()
+  if (leader === null || leader.term !== term) throw new Error('the leader is the campaign')
+  for await (const seen of election.observe()) {
+    if (seen?.value === 'me too') break
+  }
+  await lead.resign()
   const reasons: readonly LostReason[] = LOST_REASONS
   if (reasons.length !== 6) throw new Error('every lost reason')
   await client.close()
