@@ -98,6 +98,9 @@ pub struct Scenario {
     /// The workers' lock-delay (Redis). With one, a paused holder must meet no new holder
     /// when it resumes within lease + delay: no stale write may even be attempted.
     pub lock_delay: Duration,
+    /// The workers campaign in an election (PROTOCOL.md §20) instead of acquiring the lock:
+    /// each tenure is a term, its writes fenced by the term, and it ends by resigning.
+    pub election: bool,
 }
 
 const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Scenario {
@@ -107,11 +110,20 @@ const fn scenario(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
         nemesis,
         fenced: true,
         lock_delay: Duration::ZERO,
+        election: false,
+    }
+}
+
+/// A scenario whose workers are candidates of an election.
+const fn election(name: &'static str, backend: Backend, nemesis: Nemesis) -> Scenario {
+    Scenario {
+        election: true,
+        ..scenario(name, backend, nemesis)
     }
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 24] = [
+pub const SCENARIOS: [Scenario; 26] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
     scenario("redis-waiter-kill", Backend::Redis, Nemesis::WaiterKill),
@@ -154,6 +166,8 @@ pub const SCENARIOS: [Scenario; 24] = [
         lock_delay: Duration::from_secs(3),
         ..scenario("redis-pause-lock-delay", Backend::Redis, Nemesis::Pause)
     },
+    election("redis-election-pause", Backend::Redis, Nemesis::Pause),
+    election("redis-election-kill", Backend::Redis, Nemesis::Kill),
     Scenario {
         fenced: false,
         ..scenario("control-unfenced-pause", Backend::Redis, Nemesis::Pause)
@@ -524,6 +538,12 @@ impl World {
                 }
                 .into(),
                 self.scenario.lock_delay.as_millis().to_string(),
+                if self.scenario.election {
+                    "election"
+                } else {
+                    "lock"
+                }
+                .into(),
             ])
             .stdin(Stdio::null())
             .spawn()

@@ -2,7 +2,9 @@
 //! can pause it (SIGSTOP), kill it (SIGKILL) or cut it off.
 //!
 //! `fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced
-//! LOCK_DELAY_MS` acquires lock NAME over and over until DIR/stop appears. Each tenure
+//! LOCK_DELAY_MS lock|election` acquires lock NAME over and over until DIR/stop appears — or,
+//! with `election`, campaigns in the election NAME (its value the LABEL), each term a tenure
+//! whose token is the term, ended by resigning. Each tenure
 //! writes `pid token` to DIR/holder, makes a fenced write to the resource (a Redis hash on
 //! RESOURCE_URL, never faulted) at once, and HOLD_MS after the acquisition (however long the
 //! first write took, paused or not) a second one — whatever it was told about its lock in
@@ -53,11 +55,17 @@ async fn main() {
         hold,
         fencing,
         lock_delay,
+        mode,
     ] = args.as_slice()
     else {
         panic!(
-            "usage: fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced LOCK_DELAY_MS"
+            "usage: fault-worker LOCK_URL RESOURCE_URL NAME DIR LABEL LEASE_MS HOLD_MS fenced|unfenced LOCK_DELAY_MS lock|election"
         );
+    };
+    let election = match mode.as_str() {
+        "lock" => false,
+        "election" => true,
+        other => panic!("lock or election, not {other:?}"),
     };
     let lock_delay = Duration::from_millis(lock_delay.parse().expect("LOCK_DELAY_MS"));
     let fenced = match fencing.as_str() {
@@ -94,12 +102,16 @@ async fn main() {
     std::fs::write(dir.join(format!("{label}.ready")), "").expect("writable dir");
     let resource_key = format!("faults:{name}");
     while !dir.join("stop").exists() {
-        let acquired = client
-            .lock(name.as_str())
-            .lease(lease)
-            .wait(Duration::from_secs(2))
-            .acquire()
-            .await;
+        let wait = Duration::from_secs(2);
+        let acquired = if election {
+            let election = client.election(name.as_str()).lease(lease).wait(wait);
+            election.campaign(label.as_str()).await.map(Tenure::Leads)
+        } else {
+            let lock = client.lock(name.as_str()).lease(lease).wait(wait);
+            lock.acquire()
+                .await
+                .map(|guard| Tenure::Holds(guard.into()))
+        };
         let guard = match acquired {
             Ok(guard) => guard,
             Err(e) if e.is_timeout() => continue,
@@ -110,7 +122,7 @@ async fn main() {
             }
         };
         let acquired_at = tokio::time::Instant::now();
-        let token = guard.fencing_token();
+        let token = guard.token();
         log(&log_file, format!("acq {token} {}", monotonic_ns()));
         let holder = dir.join(format!("{label}.holder"));
         std::fs::write(&holder, format!("{} {token}", std::process::id())).expect("writable");
@@ -148,11 +160,41 @@ async fn main() {
             };
             log(&log_file, format!("write {token} {sent} {outcome}"));
         }
-        let released = guard.release().await;
+        let released = guard.end().await;
         let outcome = if released.is_ok() { "ok" } else { "err" };
         log(
             &log_file,
             format!("rel {token} {} {outcome}", monotonic_ns()),
         );
+    }
+}
+
+/// One tenure: a held lock, or a term of leadership.
+enum Tenure {
+    Holds(dlock::SharedGuard),
+    Leads(dlock::Leadership),
+}
+
+impl Tenure {
+    fn token(&self) -> u64 {
+        match self {
+            Tenure::Holds(guard) => guard.fencing_token(),
+            Tenure::Leads(lead) => lead.term(),
+        }
+    }
+
+    fn lost_signal(&self) -> dlock::LostSignal {
+        match self {
+            Tenure::Holds(guard) => guard.lost_signal().clone(),
+            Tenure::Leads(lead) => lead.lost_signal(),
+        }
+    }
+
+    /// Releases the lock, or resigns.
+    async fn end(self) -> Result<(), dlock::Error> {
+        match self {
+            Tenure::Holds(guard) => guard.release().await,
+            Tenure::Leads(lead) => lead.resign().await,
+        }
     }
 }
