@@ -956,6 +956,17 @@ fn three_elect_processes_one_leader_and_a_failover_on_redis() {
 }
 
 #[test]
+fn three_elect_processes_one_leader_and_a_failover_on_zookeeper() {
+    let zk = ZkEnsemble::start(1);
+    let dir = std::env::temp_dir().join(format!("dlock-cli-elect-zk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The session is the lease: a killed leader's node goes when its session expires.
+    let url = format!("{}?session_timeout_ms=2000", zk.url());
+    three_candidates_one_leader(&url, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn elect_runs_the_command_and_resigns_with_its_exit_code() {
     let server = RedisServer::start();
     let url = server.url();

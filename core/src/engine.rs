@@ -17,12 +17,11 @@ use crate::{redis, redisson, sql, zk};
 
 impl Protocol {
     /// Refuses an election where the protocol offers none, before anything is sent: one
-    /// Redis (and Redis Cluster, and `memory://`) offers them.
+    /// Redis (and Redis Cluster, and `memory://`) and ZooKeeper offer them.
     pub fn check_elections(&self) -> Result<(), Error> {
         Err(crate::lock::no_elections(match self {
-            Protocol::Redis => return Ok(()),
+            Protocol::Redis | Protocol::ZooKeeper(_) => return Ok(()),
             Protocol::Redisson => "the Redisson-compatible layout",
-            Protocol::ZooKeeper(_) => "ZooKeeper",
             Protocol::Redlock { .. } => "Redlock",
             Protocol::Sql(_) => "SQL",
         }))

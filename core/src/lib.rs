@@ -76,6 +76,7 @@
 
 mod base;
 mod config;
+mod election;
 mod engine;
 mod error;
 mod ids;

@@ -7,7 +7,7 @@ use dlock_core::ZkSettings;
 use dlock_core::zk::reference::{SessionId, Store};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind,
+    Acquire, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant, Kind, Leader,
     LostReason, NotAcquired, Notice, Op, OpId, Output, Protocol, Request, Response, TransportError,
     Wait,
 };
@@ -756,4 +756,137 @@ fn a_container_directory_is_pinned_before_a_token_comes_from_it() {
     bed.cmd(0, acquire(3, Wait::No));
     let (_, next) = acquired(&bed.take(0));
     assert!(next > token, "{next} after {token}");
+}
+
+/// The leaders observe `op` reported.
+fn seen(events: &[Event], op: u64) -> Vec<Option<Leader>> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Leader { op: o, leader } if o.0 == op => Some(leader.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn leader(term: u64, value: &str) -> Option<Leader> {
+    Some(Leader {
+        term,
+        value: value.into(),
+    })
+}
+
+/// An election on ZooKeeper is Curator's `LeaderSelector` layout: the leader's node carries
+/// its value. An observer lists the directory with a watch and reads the lowest node's data
+/// with a watch: a proclaim, a candidate and a resignation each reach it by a watch, with
+/// nothing polled.
+#[test]
+fn an_election_leader_proclaims_in_its_node_and_observers_follow_by_watches() {
+    let mut bed = Bed::new(3);
+    let observe = Command::Observe {
+        op: OpId(9),
+        name: "job".into(),
+    };
+    bed.cmd(2, observe);
+    assert_eq!(
+        seen(&bed.take(2), 9),
+        [None],
+        "nobody leads: the directory is made"
+    );
+    assert!(bed.contenders("/dlock/job").is_empty());
+
+    bed.cmd(0, acquire(1, Wait::Forever));
+    let (hold, term) = acquired(&bed.take(0));
+    assert_eq!(
+        seen(&bed.take(2), 9),
+        Vec::<Option<Leader>>::new(),
+        "no value yet"
+    );
+    let proclaim = |op, hold, value: &str| Command::Proclaim {
+        op: OpId(op),
+        hold,
+        value: value.into(),
+    };
+    bed.cmd(0, proclaim(2, hold, "a:1"));
+    assert_eq!(
+        bed.take(0),
+        [Event::Proclaimed {
+            op: OpId(2),
+            hold,
+            term
+        }]
+    );
+    let node = format!("/dlock/job/{}", bed.children()[0]);
+    assert!(bed.take_sent(0).contains(&ZkOp::SetData {
+        path: node,
+        data: "a:1".into()
+    }));
+    assert_eq!(seen(&bed.take(2), 9), [leader(term, "a:1")]);
+
+    bed.cmd(1, acquire(1, Wait::Forever));
+    assert!(bed.take(1).is_empty(), "the second candidate queues");
+    assert_eq!(
+        seen(&bed.take(2), 9),
+        Vec::<Option<Leader>>::new(),
+        "a candidate is no news"
+    );
+    bed.take_sent(2);
+    bed.cmd(0, Command::Release { op: OpId(3), hold });
+    let count = 0;
+    let released = Event::Released {
+        op: OpId(3),
+        hold,
+        count,
+    };
+    assert_eq!(bed.take(0), [released]);
+    let (hold1, term1) = acquired(&bed.take(1));
+    assert!(term1 > term);
+    bed.cmd(1, proclaim(2, hold1, "b:1"));
+    let heard = seen(&bed.take(2), 9);
+    assert_eq!(heard.last(), Some(&leader(term1, "b:1")), "{heard:?}");
+    let sent = bed.take_sent(2);
+    assert!(
+        sent.iter().all(|op| matches!(
+            op,
+            ZkOp::WatchChildren { .. } | ZkOp::GetData { watch: true, .. }
+        )),
+        "observers only read with watches: {sent:?}"
+    );
+
+    bed.cmd(
+        1,
+        Command::Release {
+            op: OpId(3),
+            hold: hold1,
+        },
+    );
+    assert_eq!(seen(&bed.take(2), 9), [None], "free after the last resigns");
+    bed.cmd(2, Command::Cancel { op: OpId(9) });
+    let reason = NotAcquired::Cancelled;
+    assert_eq!(
+        bed.take(2),
+        [Event::NotAcquired {
+            op: OpId(9),
+            reason
+        }]
+    );
+
+    // A proclaim whose node went (deleted behind its back) loses the hold.
+    bed.cmd(0, acquire(4, Wait::No));
+    let (hold, _) = acquired(&bed.take(0));
+    let node = format!("/dlock/job/{}", bed.children()[0]);
+    let session = bed.store.open_session();
+    assert_eq!(
+        bed.foreign(session, ZkOp::Delete { path: node }),
+        ZkReply::Done
+    );
+    bed.cmd(0, proclaim(5, hold, "gone"));
+    let events = bed.take(0);
+    assert!(
+        events.contains(&Event::Failed {
+            op: OpId(5),
+            error: Error::LockLost { hold }
+        }),
+        "{events:?}"
+    );
 }

@@ -12,7 +12,7 @@ import pytest
 
 import dlock
 import dlock.aio
-from conftest import RedisCluster, Redlock, RedisServer
+from conftest import RedisCluster, Redlock, RedisServer, ZooKeeperServer
 
 
 def next_change(observer: dlock.Observer) -> Optional[dlock.Leader]:
@@ -112,4 +112,16 @@ def test_on_a_cluster(redis_cluster: RedisCluster) -> None:
         assert next_change(observer) is None
         with client.election("cluster/e").campaign("c") as lead:
             assert next_change(observer) == dlock.Leader(lead.term, "c")
+        assert next_change(observer) is None
+
+
+def test_on_zookeeper(zookeeper: ZooKeeperServer) -> None:
+    a, b = dlock.connect(zookeeper.url), dlock.connect(zookeeper.url)
+    with b.election("zk/e").observe() as observer:
+        assert next_change(observer) is None
+        with a.election("zk/e").campaign("a") as lead:
+            assert next_change(observer) == dlock.Leader(lead.term, "a")
+            lead.proclaim("a2")
+            assert next_change(observer) == dlock.Leader(lead.term, "a2")
+            assert b.election("zk/e").leader() == dlock.Leader(lead.term, "a2")
         assert next_change(observer) is None

@@ -61,5 +61,6 @@ async def async_election_example(url: str) -> int:
 
 
 if __name__ == "__main__":
-    print(sync_example("memory://typed"), asyncio.run(async_example("memory://typed")))
-    print(election_example("memory://typed"), asyncio.run(async_election_example("memory://typed")))
+    url = "memory://typed"
+    terms = (election_example(url), asyncio.run(async_election_example(url)))
+    print(sync_example(url) and terms[1] > terms[0], asyncio.run(async_example(url)))

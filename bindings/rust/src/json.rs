@@ -429,6 +429,7 @@ fn reply_from_json(f: &Field<'_>) -> Result<Reply> {
             "children" => ZkReply::Children(zk.get("names").strings()?),
             "no-node" => ZkReply::NoNode,
             "node-exists" => ZkReply::NodeExists,
+            "data" => ZkReply::Data(zk.get("data").str()?.to_owned()),
             other => {
                 return zk
                     .get("type")
@@ -491,6 +492,7 @@ fn reply_to_json(reply: &Reply) -> (&'static str, Json) {
         }
         Ok(Response::Zk(ZkReply::NoNode)) => ("zk", json!({ "type": "no-node" })),
         Ok(Response::Zk(ZkReply::NodeExists)) => ("zk", json!({ "type": "node-exists" })),
+        Ok(Response::Zk(ZkReply::Data(data))) => ("zk", json!({ "type": "data", "data": data })),
         Ok(Response::Sql(values)) => (
             "sql",
             Json::Array(
@@ -590,7 +592,7 @@ pub fn input_to_json(input: &Input) -> Json {
 
 /// A backend operation as JSON: `eval` (script name, keys, args), `subscribe`, or one of the
 /// ZooKeeper operations (`create-parents`, `create-sequential`, `create-ephemeral`, `delete`,
-/// `children`, `watch`, `exists`), or a SQL `query` (statement name, SQL text, parameters) or `listen`. A
+/// `children`, `watch`, `exists`, `set-data`, `get-data`, `watch-children`), or a SQL `query` (statement name, SQL text, parameters) or `listen`. A
 /// Redlock operation is its Redis operation with the `node` it goes to.
 pub fn op_to_json(op: &Op) -> Json {
     match op {
@@ -616,6 +618,15 @@ pub fn op_to_json(op: &Op) -> Json {
         Op::Zk(ZkOp::Children { path }) => json!({ "type": "children", "path": path }),
         Op::Zk(ZkOp::Watch { path }) => json!({ "type": "watch", "path": path }),
         Op::Zk(ZkOp::Exists { path }) => json!({ "type": "exists", "path": path }),
+        Op::Zk(ZkOp::SetData { path, data }) => {
+            json!({ "type": "set-data", "path": path, "data": data })
+        }
+        Op::Zk(ZkOp::GetData { path, watch }) => {
+            json!({ "type": "get-data", "path": path, "watch": watch })
+        }
+        Op::Zk(ZkOp::WatchChildren { path }) => {
+            json!({ "type": "watch-children", "path": path })
+        }
         Op::Sql(SqlOp::Query {
             statement,
             sql,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use dlock::{Error, Leader};
-use dlock_testkit::{RedisCluster, RedisServer};
+use dlock_testkit::{RedisCluster, RedisServer, ZkEnsemble};
 use futures_util::StreamExt;
 
 mod common;
@@ -145,6 +145,55 @@ async fn on_memory_candidates_take_turns_and_observers_hear_each() {
 async fn on_a_cluster_candidates_take_turns_and_observers_hear_each() {
     let cluster = RedisCluster::start(3);
     candidates_take_turns_and_observers_hear_each(&cluster.url()).await;
+}
+
+#[tokio::test]
+async fn on_zookeeper_candidates_take_turns_and_observers_hear_each() {
+    let zk = ZkEnsemble::start(1);
+    candidates_take_turns_and_observers_hear_each(&zk.url()).await;
+}
+
+/// Curator's `LeaderSelector` is an `InterProcessMutex` whose nodes carry the participant id:
+/// a Java participant's node (created here as Curator creates it) leads a dlock election of
+/// that path with its id as the value, dlock's candidates queue behind it, and its session's
+/// end (its node going) is heard at once.
+#[tokio::test]
+async fn on_zookeeper_a_curator_leader_selector_participant_leads_and_is_observed() {
+    let zk = ZkEnsemble::start(1);
+    let (watcher, candidate) = (
+        connect(&zk.url()).await.unwrap(),
+        connect(&zk.url()).await.unwrap(),
+    );
+    let mut observer = watcher.election("reports").observe().unwrap();
+    assert_eq!(next(&mut observer).await, None);
+    let java = zookeeper_client::Client::connect(&zk.hosts())
+        .await
+        .unwrap();
+    let dir = dlock_core::zk::lock_dir(dlock_core::DEFAULT_ZK_ROOT, "reports");
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    java.mkdir(&dir, &persistent).await.unwrap();
+    let prefix = format!("{dir}/_c_0f3b2c1e-9a8d-4c1b-b2a7-5e6f7a8b9c0d-lock-");
+    let ephemeral = zookeeper_client::CreateMode::EphemeralSequential
+        .with_acls(zookeeper_client::Acls::anyone_all());
+    let (_, seq) = java.create(&prefix, b"java-1", &ephemeral).await.unwrap();
+    let term = seq.into_i64() as u64 + 1;
+    assert_eq!(next(&mut observer).await, leader(term, "java-1"));
+    let election = candidate.election("reports");
+    let campaign = tokio::spawn(async move { election.campaign("dlock-1").await });
+    common::eventually("dlock queues behind Java", || async {
+        common::waiters(&watcher, "reports").await == 1
+    })
+    .await;
+    drop(java); // its session closes: the node goes
+    let lead = campaign.await.unwrap().unwrap();
+    assert!(lead.term() > term);
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(seen, leader(lead.term(), "dlock-1"));
+    lead.resign().await.unwrap();
 }
 
 /// Losing the lease ends leadership once, and the term is refused by the fenced write after a

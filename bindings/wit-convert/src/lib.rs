@@ -37,8 +37,9 @@ macro_rules! conversions {
                 Config, Dialect, Input, Output, Protocol, Reply, SqlSettings, ZkSettings,
             };
             use super::$wit::transport::{
-                Eval, Message, NodeOp, Notice, Op, RedisNode, RedisOp, Request, Response, Script,
-                SqlOp, SqlParam, SqlQuery, SqlValue, Statement, TransportError, ZkOp, ZkReply,
+                Eval, GetData, Message, NodeOp, Notice, Op, RedisNode, RedisOp, Request, Response,
+                Script, SetData, SqlOp, SqlParam, SqlQuery, SqlValue, Statement, TransportError,
+                ZkOp, ZkReply,
             };
             use super::$wit::types::{
                 Acquire, AcquireMulti, Acquired, AcquiredMulti, Command, Error, Event, Extend,
@@ -265,6 +266,7 @@ macro_rules! conversions {
                 [names] (core_::zk::ZkReply::Children(names)) <=> (ZkReply::Children(names)),
                 [] (core_::zk::ZkReply::NoNode) <=> (ZkReply::NoNode),
                 [] (core_::zk::ZkReply::NodeExists) <=> (ZkReply::NodeExists),
+                [data] (core_::zk::ZkReply::Data(data)) <=> (ZkReply::Data(data)),
             });
             $crate::__table!(core_::TransportError => TransportError {
                 [why] (core_::TransportError::Unavailable(why)) <=> (TransportError::Unavailable(why)),
@@ -316,6 +318,9 @@ macro_rules! conversions {
                 [path] (core_::zk::ZkOp::Children { path }) <=> (ZkOp::Children(path)),
                 [path] (core_::zk::ZkOp::Watch { path }) <=> (ZkOp::Watch(path)),
                 [path] (core_::zk::ZkOp::Exists { path }) <=> (ZkOp::Exists(path)),
+                [path, data] (core_::zk::ZkOp::SetData { path, data }) <=> (ZkOp::SetData(SetData { path, data })),
+                [path, watch] (core_::zk::ZkOp::GetData { path, watch }) <=> (ZkOp::GetData(GetData { path, watch })),
+                [path] (core_::zk::ZkOp::WatchChildren { path }) <=> (ZkOp::WatchChildren(path)),
             });
             $crate::__table!(core_::Event => Event {
                 [op, hold, fencing_token, valid_until, count]

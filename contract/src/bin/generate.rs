@@ -1348,6 +1348,25 @@ fn zk_only() -> Vec<Json> {
     b.flush();
     out.push(b.finish());
 
+    let mut b = Bed::zk(
+        "zookeeper-election",
+        "An election on ZooKeeper (§20, Curator's LeaderSelector layout): the subject observes 'scheduler' (WATCH-CHILDREN of the directory: missing, so it is made with its pin and listed again; nobody leads). A ghost takes the lock and proclaims (SET-DATA of its node): the watches fire, the subject lists and reads the lowest node's data (GET-DATA with a watch). The subject campaigns and queues; the ghost resigns (deletes its node); the subject proclaims twice and resigns; its observer follows each change by watches, and its cancel ends it.",
+    );
+    b.command(Command::Observe {
+        op: OpId(9),
+        name: "scheduler".into(),
+    })
+    .ghost(1, wait_lock(1, "scheduler"))
+    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
+    .command(wait_lock(1, "scheduler"))
+    .ghost(1, release(3, HoldId(1)));
+    let h = b.hold(1);
+    b.command(proclaim(2, h, "subject:1"))
+        .command(proclaim(3, h, "subject:2"))
+        .command(release(4, h))
+        .command(Command::Cancel { op: OpId(9) });
+    out.push(b.finish());
+
     out
 }
 

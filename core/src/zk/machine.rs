@@ -17,6 +17,8 @@
 //! timeout moves it on. A broken connection loses every hold at once (Curator's advice for
 //! SUSPENDED), since the session may expire without us hearing of it.
 
+mod election;
+
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -159,6 +161,27 @@ pub(crate) enum Purpose {
     /// The command of this request has already ended (its hold was lost): the reply only
     /// confirms the session.
     Ended,
+    /// SET-DATA of held `seq`'s node: its proclaim.
+    Proclaim {
+        seq: u64,
+        op: OpId,
+    },
+    /// An observer's read `read`: its directory's children (with a watch).
+    ObserveList {
+        op: OpId,
+        read: u64,
+    },
+    /// An observer's read `read`: the leader's node's data (with a watch), in term `term`.
+    ObserveData {
+        op: OpId,
+        read: u64,
+        term: u64,
+    },
+    /// An observer's read `read`: the creation of its missing directory and pin.
+    ObserveDir {
+        op: OpId,
+        read: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -169,6 +192,8 @@ pub(crate) enum ZkTimer {
     Heartbeat,
     /// Try the deletes of abandoned nodes again.
     Cleanup,
+    /// An observer whose read failed reads again.
+    Observe(OpId),
 }
 
 /// The ZooKeeper strategy.
@@ -185,6 +210,10 @@ pub(crate) struct Zk {
     confirmed: Option<Instant>,
     /// Nodes to delete, and whether a request for each is under way.
     cleanup: BTreeMap<Cleanup, bool>,
+    /// The elections observed.
+    observers: BTreeMap<OpId, election::Observer>,
+    /// The id of the next observer read.
+    next_read: u64,
 }
 
 type Life = Lifecycle<Zk>;
@@ -219,6 +248,8 @@ impl Zk {
             fired: BTreeSet::new(),
             confirmed: None,
             cleanup: BTreeMap::new(),
+            observers: BTreeMap::new(),
+            next_read: 0,
         };
         Ok(Machine::new(
             config,
@@ -834,6 +865,12 @@ impl Backend for Zk {
             }
             Purpose::Cleanup(c) => self.on_cleanup(life, c, reply),
             Purpose::Ended => {}
+            Purpose::Proclaim { seq, op } => self.on_proclaim(life, seq, op, reply),
+            Purpose::ObserveList { op, read } => self.on_observe_list(life, op, read, reply),
+            Purpose::ObserveData { op, read, term } => {
+                self.on_observe_data(life, (op, read, term), reply)
+            }
+            Purpose::ObserveDir { op, read } => self.on_observe_dir(life, op, read, reply),
         }
     }
 
@@ -850,6 +887,7 @@ impl Backend for Zk {
                 for seq in life.tenures.pending_where(|p| !p.asking()) {
                     self.advance(life, seq);
                 }
+                self.observers_reconnected(life);
             }
             Notice::Disconnected => {
                 self.confirmed = None;
@@ -878,6 +916,7 @@ impl Backend for Zk {
                 }
             }
             Notice::Watch { path } => {
+                self.observers_watch(life, &path);
                 let watchers: Vec<u64> = self
                     .watches
                     .range((path.clone(), 0)..=(path.clone(), u64::MAX))
@@ -915,6 +954,33 @@ impl Backend for Zk {
                 }
             }
             ZkTimer::Cleanup => self.retry_cleanup(life),
+            ZkTimer::Observe(op) => self.relist(life, op),
+        }
+    }
+
+    fn proclaim(
+        &mut self,
+        life: &mut Life,
+        op: OpId,
+        seq: u64,
+        value: String,
+    ) -> Result<(), Error> {
+        self.start_proclaim(life, op, seq, value)
+    }
+
+    fn observe(&mut self, life: &mut Life, op: OpId, name: String) -> Result<(), Error> {
+        self.start_observe(life, op, name);
+        Ok(())
+    }
+
+    fn unobserve(&mut self, life: &mut Life, op: OpId) -> bool {
+        self.stop_observe(life, op)
+    }
+
+    fn end_own(&mut self, seq: Option<u64>) -> Vec<OpId> {
+        match seq {
+            Some(_) => Vec::new(),
+            None => self.end_observers(),
         }
     }
 
@@ -956,14 +1022,18 @@ impl Backend for Zk {
 
     fn command_of(purpose: &Purpose) -> Option<OpId> {
         match *purpose {
-            Purpose::Release { op, .. } | Purpose::Extend { op, .. } => Some(op),
+            Purpose::Release { op, .. }
+            | Purpose::Extend { op, .. }
+            | Purpose::Proclaim { op, .. } => Some(op),
             _ => None,
         }
     }
 
     fn acting_on(purpose: &Purpose, seq: u64) -> Option<OpId> {
         match *purpose {
-            Purpose::Extend { seq: s, op } if s == seq => Some(op),
+            Purpose::Extend { seq: s, op } | Purpose::Proclaim { seq: s, op } if s == seq => {
+                Some(op)
+            }
             _ => None,
         }
     }

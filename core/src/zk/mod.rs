@@ -83,6 +83,18 @@ pub enum ZkOp {
     /// `exists(path)` without a watch: [`ZkReply::Done`] or [`ZkReply::NoNode`]. Any answer
     /// proves the session alive.
     Exists { path: String },
+    /// `setData(path, data, any version)`: an election's leader publishes its value in its
+    /// node (Curator's `LeaderSelector` keeps the participant id there). Reply:
+    /// [`ZkReply::Done`] or [`ZkReply::NoNode`].
+    SetData { path: String, data: String },
+    /// `getData(path, watch)`: [`ZkReply::Data`] (lossy UTF-8), with a one-shot watch set if
+    /// asked, which fires as [`Notice::Watch`](crate::Notice::Watch); or
+    /// [`ZkReply::NoNode`], leaving no watch behind.
+    GetData { path: String, watch: bool },
+    /// `getChildren(path, watch = true)`: [`ZkReply::Children`] with a one-shot watch set,
+    /// which fires as [`Notice::Watch`](crate::Notice::Watch) when a child comes or goes (or
+    /// the node goes); or [`ZkReply::NoNode`], leaving no watch behind.
+    WatchChildren { path: String },
 }
 
 /// A successful answer to a [`ZkOp`]. Connection loss, a closed or expired session and
@@ -98,6 +110,8 @@ pub enum ZkReply {
     NoNode,
     /// A node already exists at the path created.
     NodeExists,
+    /// A node's data ([`ZkOp::GetData`]).
+    Data(String),
 }
 
 /// Escapes a lock name into one path component: every byte outside `A-Z a-z 0-9 - _` becomes

@@ -19,6 +19,7 @@ struct Node {
     container: bool,
     /// Counts child creations and deletions; the next sequential child gets its value.
     cversion: u64,
+    data: String,
 }
 
 /// Why a request failed, as a transport would report it.
@@ -41,8 +42,10 @@ pub struct Store {
     nodes: BTreeMap<String, Node>,
     sessions: BTreeSet<SessionId>,
     next_session: SessionId,
-    /// path → sessions watching it.
+    /// path → sessions watching its data (and its deletion).
     watches: BTreeMap<String, BTreeSet<SessionId>>,
+    /// path → sessions watching its children (and its deletion).
+    child_watches: BTreeMap<String, BTreeSet<SessionId>>,
 }
 
 impl Store {
@@ -65,7 +68,11 @@ impl Store {
         if !self.sessions.remove(&session) {
             return Vec::new();
         }
-        for watchers in self.watches.values_mut() {
+        for watchers in self
+            .watches
+            .values_mut()
+            .chain(self.child_watches.values_mut())
+        {
             watchers.remove(&session);
         }
         let doomed: Vec<String> = self
@@ -113,10 +120,10 @@ impl Store {
             ZkOp::CreateParents { path } => {
                 let mut at = 0;
                 while let Some(i) = path[at + 1..].find('/').map(|i| i + at + 1) {
-                    self.create(&path[..i], None);
+                    fired.extend(self.create(&path[..i], None));
                     at = i;
                 }
-                self.create(path, None);
+                fired.extend(self.create(path, None));
                 ZkReply::Done
             }
             ZkOp::CreateSequential { prefix } => {
@@ -124,7 +131,7 @@ impl Store {
                 match self.nodes.get(parent) {
                     Some(p) if p.ephemeral.is_none() => {
                         let path = format!("{prefix}{:010}", p.cversion);
-                        self.create(&path, Some(session));
+                        fired = self.create(&path, Some(session));
                         ZkReply::Created(path)
                     }
                     _ => ZkReply::NoNode,
@@ -135,7 +142,7 @@ impl Store {
                 match self.nodes.get(parent) {
                     _ if self.nodes.contains_key(path) => ZkReply::NodeExists,
                     Some(p) if p.ephemeral.is_none() => {
-                        self.create(path, Some(session));
+                        fired = self.create(path, Some(session));
                         ZkReply::Created(path.clone())
                     }
                     _ => ZkReply::NoNode,
@@ -174,44 +181,80 @@ impl Store {
                     ZkReply::NoNode
                 }
             }
+            ZkOp::SetData { path, data } => match self.nodes.get_mut(path) {
+                Some(node) => {
+                    node.data = data.clone();
+                    fired = Self::fire(&mut self.watches, path);
+                    ZkReply::Done
+                }
+                None => ZkReply::NoNode,
+            },
+            ZkOp::GetData { path, watch } => match self.nodes.get(path) {
+                Some(node) => {
+                    let data = node.data.clone();
+                    if *watch {
+                        let watchers = self.watches.entry(path.clone()).or_default();
+                        watchers.insert(session);
+                    }
+                    ZkReply::Data(data)
+                }
+                None => ZkReply::NoNode,
+            },
+            ZkOp::WatchChildren { path } => {
+                if self.nodes.contains_key(path) {
+                    let watchers = self.child_watches.entry(path.clone()).or_default();
+                    watchers.insert(session);
+                    ZkReply::Children(self.children(path))
+                } else {
+                    ZkReply::NoNode
+                }
+            }
         };
         Ok(Outcome { reply, fired })
     }
 
-    fn create(&mut self, path: &str, ephemeral: Option<SessionId>) {
+    /// Creates `path` (empty); the parent's child watches fire.
+    fn create(&mut self, path: &str, ephemeral: Option<SessionId>) -> Vec<(SessionId, String)> {
         if path.is_empty() || self.nodes.contains_key(path) {
-            return;
+            return Vec::new();
         }
+        let mut fired = Vec::new();
         if let Some((parent, _)) = path.rsplit_once('/')
             && let Some(p) = self.nodes.get_mut(parent)
         {
             p.cversion += 1;
+            fired = Self::fire(&mut self.child_watches, parent);
         }
         self.nodes.insert(
             path.to_owned(),
             Node {
                 ephemeral,
-                container: false,
-                cversion: 0,
+                ..Node::default()
             },
         );
+        fired
+    }
+
+    /// The one-shot watches of `path` in `watches`, fired.
+    fn fire(
+        watches: &mut BTreeMap<String, BTreeSet<SessionId>>,
+        path: &str,
+    ) -> Vec<(SessionId, String)> {
+        let watchers = watches.remove(path).into_iter().flatten();
+        watchers.map(|s| (s, path.to_owned())).collect()
     }
 
     /// Removes `path`; an empty container parent goes with it (ZooKeeper's ContainerManager
     /// does so within a minute, here at once: the worst case).
     fn remove(&mut self, path: &str) -> Vec<(SessionId, String)> {
         self.nodes.remove(path);
-        let mut fired: Vec<(SessionId, String)> = self
-            .watches
-            .remove(path)
-            .into_iter()
-            .flatten()
-            .map(|s| (s, path.to_owned()))
-            .collect();
+        let mut fired = Self::fire(&mut self.watches, path);
+        fired.extend(Self::fire(&mut self.child_watches, path));
         if let Some((parent, _)) = path.rsplit_once('/')
             && let Some(p) = self.nodes.get_mut(parent)
         {
             p.cversion += 1;
+            fired.extend(Self::fire(&mut self.child_watches, parent));
             if p.container && self.children(parent).is_empty() {
                 fired.extend(self.remove(parent));
             }

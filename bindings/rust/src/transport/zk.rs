@@ -196,22 +196,45 @@ impl ZkTransport {
                 }
                 ZkOp::Delete { path } => client.delete(&path, None).await.map(|()| ZkReply::Done),
                 ZkOp::Children { path } => client.list_children(&path).await.map(ZkReply::Children),
-                ZkOp::Watch { path } => match client.get_and_watch_data(&path).await {
-                    Ok((_, _, watcher)) => {
-                        tokio::spawn(async move {
-                            let event = watcher.changed().await;
-                            if event.event_type != zk::EventType::Session {
-                                let _ = inbox.send(Input::Notice(Notice::Watch { path }));
-                            }
-                        });
-                        Ok(ZkReply::Done)
-                    }
-                    Err(e) => Err(e),
-                },
+                ZkOp::Watch { path } => {
+                    client
+                        .get_and_watch_data(&path)
+                        .await
+                        .map(|(_, _, watcher)| {
+                            notify_once(watcher, path, inbox);
+                            ZkReply::Done
+                        })
+                }
                 ZkOp::Exists { path } => client.check_stat(&path).await.map(|stat| match stat {
                     Some(_) => ZkReply::Done,
                     None => ZkReply::NoNode,
                 }),
+                ZkOp::SetData { path, data } => client
+                    .set_data(&path, data.as_bytes(), None)
+                    .await
+                    .map(|_| ZkReply::Done),
+                ZkOp::GetData { path, watch: false } => client
+                    .get_data(&path)
+                    .await
+                    .map(|(data, _)| ZkReply::Data(String::from_utf8_lossy(&data).into_owned())),
+                ZkOp::GetData { path, watch: true } => {
+                    client
+                        .get_and_watch_data(&path)
+                        .await
+                        .map(|(data, _, watcher)| {
+                            notify_once(watcher, path, inbox);
+                            ZkReply::Data(String::from_utf8_lossy(&data).into_owned())
+                        })
+                }
+                ZkOp::WatchChildren { path } => {
+                    client
+                        .list_and_watch_children(&path)
+                        .await
+                        .map(|(children, watcher)| {
+                            notify_once(watcher, path, inbox);
+                            ZkReply::Children(children)
+                        })
+                }
             };
             match reply {
                 Ok(r) => Ok(Response::Zk(r)),
@@ -333,4 +356,15 @@ fn transport_error(e: zk::Error) -> TransportError {
         | zk::Error::SessionMoved => TransportError::Unavailable(e.to_string()),
         e => TransportError::Server(e.to_string()),
     }
+}
+
+/// Reports the one-shot `watcher` on `path` as a [`Notice::Watch`] when it fires (not for a
+/// mere session event: the connection's own notices report those).
+fn notify_once(watcher: zk::OneshotWatcher, path: String, inbox: mpsc::UnboundedSender<Input>) {
+    tokio::spawn(async move {
+        let event = watcher.changed().await;
+        if event.event_type != zk::EventType::Session {
+            let _ = inbox.send(Input::Notice(Notice::Watch { path }));
+        }
+    });
 }

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use super::{Life, Purpose, Redis, RedisTimer, Target, Wire};
 use crate::base::retry_delay;
+use crate::election::Seen;
 use crate::error::Error;
 use crate::lock::Backend;
-use crate::plant::{self, Plant};
 use crate::redis::{self, LeaderRead, LockKeys, RedisOp, Value};
 use crate::types::{Event, HoldId, Leader, OpId};
 
@@ -29,27 +29,11 @@ pub(crate) struct Elections {
 struct Observer {
     keys: LockKeys,
     channel: String,
-    /// What the last event said; `None` before the first.
-    shown: Option<Option<Leader>>,
-    /// The highest term reported (reports of the lock free since keep it).
-    term: u64,
+    seen: Seen,
     /// The read under way, if one is.
     reading: Option<u64>,
     /// Its answer is out of date: a message came after it was sent.
     stale: bool,
-}
-
-impl Observer {
-    /// Reports `leader`.
-    fn show(&mut self, life_event: impl FnOnce(Option<Leader>), leader: Option<Leader>) {
-        match &leader {
-            Some(l) => self.term = self.term.max(l.term),
-            None if plant::on(Plant::ObserverForgetsTerm) => self.term = 0,
-            None => {}
-        }
-        self.shown = Some(leader.clone());
-        life_event(leader);
-    }
 }
 
 impl<W: Wire> Redis<W> {
@@ -122,8 +106,7 @@ impl<W: Wire> Redis<W> {
             Observer {
                 keys: LockKeys::new(&name),
                 channel: channel.clone(),
-                shown: None,
-                term: 0,
+                seen: Seen::default(),
                 reading: None,
                 stale: false,
             },
@@ -215,16 +198,12 @@ impl<W: Wire> Redis<W> {
             let Some(o) = self.elections.observers.get_mut(&op) else {
                 continue;
             };
-            if let Some((term, Some(value))) = message
-                && o.shown.is_some()
-                && term > o.term
-            {
-                let leader = Some(Leader {
-                    term,
-                    value: value.to_owned(),
-                });
-                o.stale = o.reading.is_some();
-                o.show(|leader| life.event(Event::Leader { op, leader }), leader);
+            if let Some((term, Some(value))) = message {
+                let value = value.to_owned();
+                if let Some(leader) = o.seen.pushed(Leader { term, value }) {
+                    o.stale = o.reading.is_some();
+                    life.event(Event::Leader { op, leader });
+                }
             }
             self.read(life, op);
         }
@@ -274,15 +253,8 @@ impl<W: Wire> Redis<W> {
         }
         let next = match reply.and_then(|v| redis::parse_leader(&v)) {
             Ok(LeaderRead { leader, held, ttl }) => {
-                let news = match (&o.shown, &leader) {
-                    (None, _) => true,
-                    (Some(shown), Some(_)) => *shown != leader,
-                    // Free after a leader; a new holder that has not proclaimed yet is no news.
-                    (Some(shown), None) => shown.is_some() && !held,
-                };
-                let newer = leader.as_ref().is_none_or(|l| l.term >= o.term);
-                if news && newer {
-                    o.show(|leader| life.event(Event::Leader { op, leader }), leader);
+                if let Some(leader) = o.seen.read(leader, held) {
+                    life.event(Event::Leader { op, leader });
                 }
                 let lapse = ttl.map_or(poll, |t| t + Duration::from_millis(1));
                 now + lapse.min(poll)
