@@ -1024,19 +1024,7 @@ fn redis_only() -> Vec<Json> {
         "redis-election",
         "An election (§20): the subject observes 'scheduler' (SUBSCRIBE to its channel, then LEADER: nobody leads). A ghost takes the lock and proclaims: its message is news at once, and a read follows. The subject campaigns (ACQUIRE, queued); the ghost resigns (RESIGN hands the lock over); the subject proclaims twice (same term, new value) and resigns; the observer sees each change and then the free lock, and its cancel ends it.",
     );
-    b.command(Command::Observe {
-        op: OpId(9),
-        name: "scheduler".into(),
-    })
-    .ghost(1, wait_lock(1, "scheduler"))
-    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
-    .command(wait_lock(1, "scheduler"))
-    .ghost(1, release(3, HoldId(1)));
-    let h = b.hold(1);
-    b.command(proclaim(2, h, "subject:1"))
-        .command(proclaim(3, h, "subject:2"))
-        .command(release(4, h))
-        .command(Command::Cancel { op: OpId(9) });
+    election_turns(&mut b);
     out.push(b.finish());
 
     let mut b = Bed::redis(
@@ -1073,6 +1061,24 @@ fn redis_only() -> Vec<Json> {
     out.push(b.finish());
 
     out
+}
+
+/// The subject observes "scheduler", a ghost leads and proclaims, the subject campaigns, the
+/// ghost resigns, the subject proclaims twice, resigns and stops observing.
+fn election_turns(b: &mut Bed) {
+    b.command(Command::Observe {
+        op: OpId(9),
+        name: "scheduler".into(),
+    })
+    .ghost(1, wait_lock(1, "scheduler"))
+    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
+    .command(wait_lock(1, "scheduler"))
+    .ghost(1, release(3, HoldId(1)));
+    let h = b.hold(1);
+    b.command(proclaim(2, h, "subject:1"))
+        .command(proclaim(3, h, "subject:2"))
+        .command(release(4, h))
+        .command(Command::Cancel { op: OpId(9) });
 }
 
 fn proclaim(op: u64, hold: HoldId, value: &str) -> Command {
@@ -1352,19 +1358,7 @@ fn zk_only() -> Vec<Json> {
         "zookeeper-election",
         "An election on ZooKeeper (§20, Curator's LeaderSelector layout): the subject observes 'scheduler' (WATCH-CHILDREN of the directory: missing, so it is made with its pin and listed again; nobody leads). A ghost takes the lock and proclaims (SET-DATA of its node): the watches fire, the subject lists and reads the lowest node's data (GET-DATA with a watch). The subject campaigns and queues; the ghost resigns (deletes its node); the subject proclaims twice and resigns; its observer follows each change by watches, and its cancel ends it.",
     );
-    b.command(Command::Observe {
-        op: OpId(9),
-        name: "scheduler".into(),
-    })
-    .ghost(1, wait_lock(1, "scheduler"))
-    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
-    .command(wait_lock(1, "scheduler"))
-    .ghost(1, release(3, HoldId(1)));
-    let h = b.hold(1);
-    b.command(proclaim(2, h, "subject:1"))
-        .command(proclaim(3, h, "subject:2"))
-        .command(release(4, h))
-        .command(Command::Cancel { op: OpId(9) });
+    election_turns(&mut b);
     out.push(b.finish());
 
     out

@@ -221,6 +221,11 @@ pub(crate) trait Backend: Sized + Clone + fmt::Debug {
         false
     }
 
+    /// Every observe, forgotten (the machine closes; each ends with `Closed`).
+    fn end_observers(&mut self) -> Vec<OpId> {
+        Vec::new()
+    }
+
     /// Tenure `seq` left the index.
     fn forgot(&mut self, _life: &mut Lifecycle<Self>, _seq: u64) {}
 
@@ -797,7 +802,10 @@ impl<B: Backend> Machine<B> {
         let waiting = requests
             .iter()
             .filter_map(|req| B::command_of(&req.purpose));
-        let ended: Vec<OpId> = waiting.chain(b.end_own(None)).collect();
+        let ended: Vec<OpId> = waiting
+            .chain(b.end_own(None))
+            .chain(b.end_observers())
+            .collect();
         for op in ended {
             let error = Error::Closed;
             life.finish(Event::Failed { op, error });

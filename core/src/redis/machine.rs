@@ -887,8 +887,8 @@ impl<W: Wire> Backend for Redis<W> {
         self.stop_observe(life, op)
     }
 
-    fn end_own(&mut self, seq: Option<u64>) -> Vec<OpId> {
-        election::ends_observers(self, seq)
+    fn end_observers(&mut self) -> Vec<OpId> {
+        self.stop_observers()
     }
 
     /// Anything we may still hold on the server is given back — except a lease that ran out

@@ -977,11 +977,8 @@ impl Backend for Zk {
         self.stop_observe(life, op)
     }
 
-    fn end_own(&mut self, seq: Option<u64>) -> Vec<OpId> {
-        match seq {
-            Some(_) => Vec::new(),
-            None => self.end_observers(),
-        }
+    fn end_observers(&mut self) -> Vec<OpId> {
+        self.stop_observers()
     }
 
     /// A node the session may still keep is deleted; only a node the server says is gone

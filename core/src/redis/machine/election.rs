@@ -125,7 +125,7 @@ impl<W: Wire> Redis<W> {
     }
 
     /// Every observer, ended (the machine closes).
-    pub(super) fn end_observers(&mut self) -> Vec<OpId> {
+    pub(super) fn stop_observers(&mut self) -> Vec<OpId> {
         let ended = std::mem::take(&mut self.elections.observers);
         ended.into_keys().collect()
     }
@@ -262,14 +262,6 @@ impl<W: Wire> Redis<W> {
             Err(_) => now + retry_delay(poll),
         };
         life.set_timer(RedisTimer::Observe(op), next);
-    }
-}
-
-/// `Backend::end_own` for a machine that closes: its observers end too.
-pub(super) fn ends_observers<W: Wire>(redis: &mut Redis<W>, seq: Option<u64>) -> Vec<OpId> {
-    match seq {
-        Some(_) => Vec::new(),
-        None => redis.end_observers(),
     }
 }
 

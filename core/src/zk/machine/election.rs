@@ -255,7 +255,7 @@ impl Zk {
     }
 
     /// Every observer, ended (the machine closes).
-    pub(super) fn end_observers(&mut self) -> Vec<OpId> {
+    pub(super) fn stop_observers(&mut self) -> Vec<OpId> {
         std::mem::take(&mut self.observers).into_keys().collect()
     }
 }
