@@ -175,6 +175,8 @@ export declare class Held {
   readonly fencingTokens: Record<string, bigint>
   readonly isLost: boolean
   readonly lostReason: LostReason | null
+  /** Milliseconds left of the local validity (0 once it has passed); renewals move it on. */
+  readonly validForMs: number
   /** Resolves with the reason if the lock is lost, or null once released; never rejects. */
   readonly lost: Promise<LostReason | null>
   extend(leaseMs: number): Promise<void>

@@ -362,6 +362,15 @@ class Held {
     return this.#native.lostReason
   }
 
+  /**
+   * Milliseconds left of the local validity: the server cannot give the lock to another
+   * before it runs out, and renewals move it on; work that must not overlap the next
+   * holder's stops by then (0 once it has passed).
+   */
+  get validForMs() {
+    return this.#native.validForMs
+  }
+
   /** Resolves with the reason if the lock is lost (null once released); never rejects. */
   get lost() {
     this.#lost ??= this.#native.waitLost()

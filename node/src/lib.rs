@@ -450,6 +450,14 @@ impl NativeHeld {
         self.held.is_held()
     }
 
+    /// Milliseconds left of the local validity (0 once it has passed).
+    #[napi(getter)]
+    pub fn valid_for_ms(&self) -> f64 {
+        let until = self.held.valid_until();
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        left.as_secs_f64() * 1e3
+    }
+
     #[napi]
     pub async fn release(&self) -> Result<()> {
         self.held.release().await.map_err(js_error)

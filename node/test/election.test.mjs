@@ -53,6 +53,7 @@ test('for await observes until the loop is left; an aborted campaign leaves the 
   const client = await connect(server.url)
   const election = client.election('reports', { leaseMs: 5_000 })
   const lead = await election.campaign('one')
+  assert.ok(lead.validForMs > 0 && lead.validForMs <= 5_000, 'the local deadline is within the lease')
   const seen = []
   for await (const leader of election.observe()) {
     seen.push(leader)

@@ -262,6 +262,13 @@ class HeldBase:
         """One of ``dlock.LOST_REASONS`` once lost, else None."""
         return self._native.lost_reason
 
+    @property
+    def valid_for(self) -> float:
+        """Seconds left of the local validity: the server cannot give the lock to another
+        before it runs out, and renewals move it on. Work that must not overlap the next
+        holder's stops by then (0 once it has passed; the lock is then reported lost)."""
+        return self._native.valid_for
+
     def __repr__(self) -> str:
         if self.lost_reason is not None:
             state = f"lost ({self.lost_reason})"

@@ -510,6 +510,14 @@ impl NativeHeld {
         self.held.is_held()
     }
 
+    /// Seconds left of the local validity (0 once it has passed).
+    #[getter]
+    fn valid_for(&self) -> f64 {
+        let until = self.held.valid_until();
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        left.as_secs_f64()
+    }
+
     fn release(&self) -> Call {
         let held = self.held.clone();
         Call::new(async move { held.release().await })

@@ -54,6 +54,7 @@ def test_leaving_the_with_block_resigns_and_wait_bounds_a_campaign(redis: RedisS
     client = dlock.connect(redis.url)
     election = client.election("jobs", lease=5.0, wait=0.2)
     with election.campaign("one") as lead:
+        assert 0 < lead.valid_for <= 5.0, "the local deadline is within the lease"
         assert election.leader() == dlock.Leader(lead.term, "one")
         with pytest.raises(dlock.LockTimeout):
             election.campaign("two")

@@ -530,7 +530,7 @@ impl LockBuilder {
         });
         let granted = granted.instrument(span).await?;
         Ok(granted.map(|g| Guard {
-            held: Held::new(client, g.hold, g.lost),
+            held: Held::new(client, g.hold, g.lost, g.valid),
             name,
             fencing_token: g.tokens,
         }))
@@ -656,7 +656,7 @@ impl MultiLockBuilder {
         });
         let granted = granted.instrument(span).await?;
         Ok(granted.map(|g| MultiGuard {
-            held: Held::new(client, g.hold, g.lost),
+            held: Held::new(client, g.hold, g.lost, g.valid),
             members: g.tokens,
         }))
     }
@@ -682,15 +682,23 @@ struct Held {
     client: Client,
     hold: HoldId,
     lost: watch::Receiver<Option<LostReason>>,
+    /// Until when it is valid: moved on by each renewal.
+    valid: watch::Receiver<tokio::time::Instant>,
     released: bool,
 }
 
 impl Held {
-    fn new(client: Client, hold: HoldId, lost: watch::Receiver<Option<LostReason>>) -> Self {
+    fn new(
+        client: Client,
+        hold: HoldId,
+        lost: watch::Receiver<Option<LostReason>>,
+        valid: watch::Receiver<tokio::time::Instant>,
+    ) -> Self {
         Held {
             client,
             hold,
             lost,
+            valid,
             released: false,
         }
     }
@@ -798,6 +806,15 @@ impl Guard {
         self.held.lost_signal()
     }
 
+    /// The local deadline: until when the lock is valid, as its latest confirmed renewal
+    /// proves (the lease counted from that request's send, less the drift allowance). The
+    /// server cannot give the lock to another before it; work that must not overlap the next
+    /// holder's stops by then. Renewals move it on; [`lost`](Self::lost) fires when it
+    /// passes without one.
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        *self.held.valid.borrow()
+    }
+
     /// Renews now with `lease`, which later renewals keep using.
     pub async fn extend(&self, lease: Duration) -> Result<(), Error> {
         self.held.extend(lease).await
@@ -824,6 +841,11 @@ impl MultiGuard {
     /// Each lock's name and fencing token, in canonical order (names sorted by their bytes).
     pub fn members(&self) -> &[Member] {
         &self.members
+    }
+
+    /// Until when every lock is valid (the earliest of theirs); see [`Guard::valid_until`].
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        *self.held.valid.borrow()
     }
 
     /// The fencing token of lock `name`, if it is one of this multi-lock's.
@@ -866,6 +888,7 @@ pub struct SharedGuard {
     held: Arc<tokio::sync::Mutex<Option<Held>>>,
     hold: HoldId,
     lost: LostSignal,
+    valid: watch::Receiver<tokio::time::Instant>,
     /// One lock's name and token, or a multi-lock's in canonical order.
     members: Arc<[Member]>,
 }
@@ -891,6 +914,7 @@ impl SharedGuard {
         SharedGuard {
             hold: held.hold,
             lost: held.lost_signal(),
+            valid: held.valid.clone(),
             members: members.into(),
             held: Arc::new(tokio::sync::Mutex::new(Some(held))),
         }
@@ -913,6 +937,11 @@ impl SharedGuard {
 
     pub fn lost_signal(&self) -> &LostSignal {
         &self.lost
+    }
+
+    /// Until when it is valid; see [`Guard::valid_until`].
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        *self.valid.borrow()
     }
 
     /// True while held: not released, not lost.

@@ -25,6 +25,8 @@ pub(crate) struct Granted<T> {
     pub(crate) hold: HoldId,
     pub(crate) tokens: T,
     pub(crate) lost: watch::Receiver<Option<LostReason>>,
+    /// Until when the hold is valid, as its renewals move it on.
+    pub(crate) valid: watch::Receiver<tokio::time::Instant>,
 }
 
 pub(crate) type GrantReply<T> = oneshot::Sender<Result<Option<Granted<T>>, Error>>;
@@ -104,7 +106,13 @@ pub(crate) struct Driver {
     inputs: mpsc::UnboundedReceiver<Input>,
     ids: Arc<AtomicU64>,
     waiting: BTreeMap<OpId, Waiter>,
-    lost: BTreeMap<HoldId, watch::Sender<Option<LostReason>>>,
+    holds: BTreeMap<HoldId, Signals>,
+}
+
+/// What the guards of one hold hear from the driver: its loss, and its local validity.
+struct Signals {
+    lost: watch::Sender<Option<LostReason>>,
+    valid: watch::Sender<tokio::time::Instant>,
 }
 
 impl Driver {
@@ -126,12 +134,24 @@ impl Driver {
             inputs,
             ids,
             waiting: BTreeMap::new(),
-            lost: BTreeMap::new(),
+            holds: BTreeMap::new(),
         }
     }
 
     fn now(&self) -> Instant {
         Instant::from_nanos(self.base.elapsed().as_nanos() as u64)
+    }
+
+    /// An engine instant on tokio's clock.
+    fn at(&self, t: Instant) -> tokio::time::Instant {
+        self.base + Duration::from_nanos(t.as_nanos())
+    }
+
+    /// Hold `hold` is valid until `t` now (a renewal or an extend moved it on).
+    fn valid(&self, hold: HoldId, t: Instant) {
+        if let Some(signals) = self.holds.get(&hold) {
+            signals.valid.send_replace(self.at(t));
+        }
     }
 
     pub(crate) async fn run(mut self) {
@@ -193,8 +213,8 @@ impl Driver {
         for (_, waiter) in std::mem::take(&mut self.waiting) {
             waiter.fail(Error::Machine(e.0.clone()));
         }
-        for (_, lost) in std::mem::take(&mut self.lost) {
-            let _ = lost.send(Some(LostReason::Closed));
+        for (_, signals) in std::mem::take(&mut self.holds) {
+            let _ = signals.lost.send(Some(LostReason::Closed));
         }
     }
 
@@ -226,13 +246,21 @@ impl Driver {
 
     /// Hands an acquired hold to its caller, with a loss signal; when the caller is gone (the
     /// acquire future was dropped) it is given back.
-    fn granted<T>(&mut self, reply: GrantReply<T>, hold: HoldId, tokens: T) {
-        let lost = self
-            .lost
-            .entry(hold)
-            .or_insert_with(|| watch::channel(None).0)
-            .subscribe();
-        if let Err(Ok(Some(granted))) = reply.send(Ok(Some(Granted { hold, tokens, lost }))) {
+    fn granted<T>(&mut self, reply: GrantReply<T>, hold: HoldId, tokens: T, valid: Instant) {
+        let valid = self.at(valid);
+        let signals = self.holds.entry(hold).or_insert_with(|| Signals {
+            lost: watch::channel(None).0,
+            valid: watch::channel(valid).0,
+        });
+        signals.valid.send_replace(valid);
+        let (lost, valid) = (signals.lost.subscribe(), signals.valid.subscribe());
+        let granted = Granted {
+            hold,
+            tokens,
+            lost,
+            valid,
+        };
+        if let Err(Ok(Some(granted))) = reply.send(Ok(Some(granted))) {
             let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
             self.call(Call {
                 command: Command::Release {
@@ -252,16 +280,25 @@ impl Driver {
                     hold,
                     fencing_token,
                     count,
+                    valid_until,
                     ..
                 },
                 Some(Waiter::Acquire(reply)),
             ) => {
                 tracing::debug!(hold = hold.0, fencing_token, count, "acquired");
-                self.granted(reply, hold, fencing_token);
+                self.granted(reply, hold, fencing_token, valid_until);
             }
-            (Event::AcquiredMulti { hold, members, .. }, Some(Waiter::AcquireMulti(reply))) => {
+            (
+                Event::AcquiredMulti {
+                    hold,
+                    members,
+                    valid_until,
+                    ..
+                },
+                Some(Waiter::AcquireMulti(reply)),
+            ) => {
                 tracing::debug!(hold = hold.0, ?members, "acquired a multi-lock");
-                self.granted(reply, hold, members);
+                self.granted(reply, hold, members, valid_until);
             }
             (Event::NotAcquired { reason, .. }, Some(Waiter::Acquire(reply))) => {
                 let _ = reply.send(not_acquired(reason));
@@ -272,14 +309,22 @@ impl Driver {
             (Event::Released { hold, count, .. }, Some(Waiter::Done(reply))) => {
                 tracing::debug!(hold = hold.0, count, "released");
                 if count == 0 {
-                    self.lost.remove(&hold);
+                    self.holds.remove(&hold);
                 }
                 if let Some(reply) = reply {
                     let _ = reply.send(Ok(()));
                 }
             }
-            (Event::Extended { .. }, Some(Waiter::Done(Some(reply)))) => {
-                let _ = reply.send(Ok(()));
+            (
+                Event::Extended {
+                    hold, valid_until, ..
+                },
+                reply,
+            ) => {
+                self.valid(hold, valid_until);
+                if let Some(Waiter::Done(Some(reply))) = reply {
+                    let _ = reply.send(Ok(()));
+                }
             }
             (Event::Proclaimed { term, .. }, Some(Waiter::Proclaim(reply))) => {
                 tracing::debug!(term, "proclaimed");
@@ -300,15 +345,18 @@ impl Driver {
                 tracing::debug!(%error, "command failed");
                 waiter.fail(Error::from(error));
             }
-            (Event::Renewed { hold, .. }, _) => tracing::trace!(hold = hold.0, "renewed"),
+            (Event::Renewed { hold, valid_until }, _) => {
+                tracing::trace!(hold = hold.0, "renewed");
+                self.valid(hold, valid_until);
+            }
             (Event::Lost { hold, reason }, _) => {
                 tracing::warn!(
                     hold = hold.0,
                     reason = crate::error::reason_text(&reason),
                     "lock lost"
                 );
-                if let Some(lost) = self.lost.remove(&hold) {
-                    let _ = lost.send(Some(reason));
+                if let Some(signals) = self.holds.remove(&hold) {
+                    let _ = signals.lost.send(Some(reason));
                 }
             }
             (event, _) => tracing::error!(?event, "event with no matching command"),

@@ -157,6 +157,14 @@ impl Leadership {
         }
     }
 
+    /// The local deadline: until when this term is valid, as its latest confirmed renewal
+    /// proves. No other candidate can lead before it; work that must not overlap the next
+    /// leader's stops by then. Renewals move it on; [`lost`](Self::lost) fires when it
+    /// passes without one.
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        self.guard.valid_until()
+    }
+
     /// A handle on the loss that lives apart from the leadership.
     pub fn lost_signal(&self) -> LostSignal {
         self.guard.lost_signal().clone()

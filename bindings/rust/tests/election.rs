@@ -209,6 +209,14 @@ async fn a_paused_leader_is_told_before_its_successor_leads_and_its_writes_are_f
         .campaign("old")
         .await
         .unwrap();
+    // The local deadline is ahead, within the lease, and renewals move it on.
+    let first_deadline = lead.valid_until();
+    let left = first_deadline - tokio::time::Instant::now();
+    assert!(left <= Duration::from_millis(1_500), "{left:?}");
+    common::eventually("a renewal moves the deadline on", || async {
+        lead.valid_until() > first_deadline
+    })
+    .await;
     let election = new.election("jobs");
     let next_leader = tokio::spawn(async move { election.campaign("new").await });
     server.pause(); // the old leader cannot renew; the new one cannot be granted either
