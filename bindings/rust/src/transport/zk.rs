@@ -124,7 +124,13 @@ pub(crate) struct ZkTransport {
     acl: &'static [zk::Acl],
     inbox: mpsc::UnboundedSender<Input>,
     supervisor: Arc<tokio::task::AbortHandle>,
+    /// The tasks waiting for a watch to fire: aborted before the session goes on close (the
+    /// client library panics in a watch's wait once its session is dropped).
+    watches: Watches,
 }
+
+/// The tasks of the watches set and not fired yet.
+type Watches = Arc<Mutex<Vec<tokio::task::AbortHandle>>>;
 
 impl std::fmt::Debug for ZkTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -161,6 +167,7 @@ impl ZkTransport {
                 acl,
                 inbox,
                 supervisor: Arc::new(task.abort_handle()),
+                watches: Watches::default(),
             },
             session_timeout,
         ))
@@ -174,6 +181,8 @@ impl ZkTransport {
             .clone();
         let acl = self.acl;
         let inbox = self.inbox.clone();
+        let watches = self.watches.clone();
+        let notify_once = move |watcher, path| notify_once(&watches, watcher, path, inbox);
         Box::pin(async move {
             let options = |mode: zk::CreateMode| mode.with_acls(zk::Acls::new(acl));
             let reply = match op {
@@ -201,7 +210,7 @@ impl ZkTransport {
                         .get_and_watch_data(&path)
                         .await
                         .map(|(_, _, watcher)| {
-                            notify_once(watcher, path, inbox);
+                            notify_once(watcher, path);
                             ZkReply::Done
                         })
                 }
@@ -222,7 +231,7 @@ impl ZkTransport {
                         .get_and_watch_data(&path)
                         .await
                         .map(|(data, _, watcher)| {
-                            notify_once(watcher, path, inbox);
+                            notify_once(watcher, path);
                             ZkReply::Data(String::from_utf8_lossy(&data).into_owned())
                         })
                 }
@@ -231,7 +240,7 @@ impl ZkTransport {
                         .list_and_watch_children(&path)
                         .await
                         .map(|(children, watcher)| {
-                            notify_once(watcher, path, inbox);
+                            notify_once(watcher, path);
                             ZkReply::Children(children)
                         })
                 }
@@ -245,6 +254,10 @@ impl ZkTransport {
     }
 
     pub(crate) fn close(&self) {
+        let watches = std::mem::take(&mut *self.watches.lock().unwrap_or_else(|e| e.into_inner()));
+        for watch in watches {
+            watch.abort();
+        }
         self.supervisor.abort();
     }
 }
@@ -359,12 +372,20 @@ fn transport_error(e: zk::Error) -> TransportError {
 }
 
 /// Reports the one-shot `watcher` on `path` as a [`Notice::Watch`] when it fires (not for a
-/// mere session event: the connection's own notices report those).
-fn notify_once(watcher: zk::OneshotWatcher, path: String, inbox: mpsc::UnboundedSender<Input>) {
-    tokio::spawn(async move {
+/// mere session event: the connection's own notices report those). Its task joins `watches`.
+fn notify_once(
+    watches: &Watches,
+    watcher: zk::OneshotWatcher,
+    path: String,
+    inbox: mpsc::UnboundedSender<Input>,
+) {
+    let task = tokio::spawn(async move {
         let event = watcher.changed().await;
         if event.event_type != zk::EventType::Session {
             let _ = inbox.send(Input::Notice(Notice::Watch { path }));
         }
     });
+    let mut watches = watches.lock().unwrap_or_else(|e| e.into_inner());
+    watches.retain(|w| !w.is_finished());
+    watches.push(task.abort_handle());
 }
