@@ -4,7 +4,7 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MIN_LEASE};
+use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MAX_VALUE_LEN, MIN_LEASE};
 use crate::time::Instant;
 use crate::timers::{Timer, Timers};
 use crate::types::{
@@ -136,6 +136,17 @@ pub fn check_name(name: &str) -> Result<(), Error> {
         len if len > MAX_NAME_LEN => Err(Error::NameTooLong { len }),
         _ => Ok(()),
     }
+}
+
+/// Checks an election leader's value: at most [`MAX_VALUE_LEN`] bytes.
+pub fn check_value(value: &str) -> Result<(), Error> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "a leader's value is {} bytes long; at most {MAX_VALUE_LEN} are allowed",
+            value.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Checks an acquire before anything is sent: its name, its lease and max hold, and that it

@@ -95,7 +95,7 @@ mod timers;
 mod types;
 pub mod zk;
 
-pub use base::check_name;
+pub use base::{check_name, check_value};
 pub use config::{Config, DEFAULT_ZK_ROOT, Protocol, ZkSettings};
 pub use engine::Engine;
 pub use error::{

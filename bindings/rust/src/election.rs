@@ -56,7 +56,7 @@ impl Election {
     /// candidate of its own. Dropping the future leaves the queue.
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
         let value = value.into();
-        check_value(&value)?;
+        dlock_core::check_value(&value)?;
         self.client.protocol().check_elections()?;
         let guard = self
             .client
@@ -98,17 +98,6 @@ impl Election {
             rx,
         })
     }
-}
-
-fn check_value(value: &str) -> Result<(), Error> {
-    if value.len() > dlock_core::MAX_VALUE_LEN {
-        return Err(Error::InvalidArgument(format!(
-            "a leader's value is {} bytes long; at most {} are allowed",
-            value.len(),
-            dlock_core::MAX_VALUE_LEN
-        )));
-    }
-    Ok(())
 }
 
 /// Leading an election, for one term. Cheap to clone, and shared between tasks; when the
@@ -178,7 +167,7 @@ impl Leadership {
     /// Publishes a new value under the same term.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), Error> {
         let value = value.into();
-        check_value(&value)?;
+        dlock_core::check_value(&value)?;
         let (reply, done) = oneshot::channel();
         let command = Command::Proclaim {
             op: OpId(self.client.next_id()),

@@ -33,10 +33,11 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::base::{
-    Base, InFlight, check_acquire, check_lease, check_name, refuse_upgrade, retry_delay, unpack,
+    Base, InFlight, check_acquire, check_lease, check_name, check_value, refuse_upgrade,
+    retry_delay, unpack,
 };
 use crate::config::Config;
-use crate::error::{Error, MAX_VALUE_LEN};
+use crate::error::Error;
 use crate::plant::{self, Plant};
 use crate::status::HoldInfo;
 use crate::time::{Instant, drift};
@@ -760,12 +761,7 @@ impl<B: Backend> Machine<B> {
     }
 
     fn proclaim(&mut self, op: OpId, hold: HoldId, value: String) -> Result<(), Error> {
-        if value.len() > MAX_VALUE_LEN {
-            return Err(Error::InvalidArgument(format!(
-                "a leader's value is {} bytes long; at most {MAX_VALUE_LEN} are allowed",
-                value.len()
-            )));
-        }
+        check_value(&value)?;
         if self.life.tenures.held(hold.0).is_none() {
             return Err(Error::NotHeld { hold });
         }
