@@ -17,14 +17,23 @@ use crate::{redis, redisson, sql, zk};
 
 impl Protocol {
     /// Refuses an election where the protocol offers none, before anything is sent: one
-    /// Redis (and Redis Cluster, and `memory://`) and ZooKeeper offer them.
+    /// Redis (and Redis Cluster, and `memory://`), ZooKeeper and SQL offer them.
     pub fn check_elections(&self) -> Result<(), Error> {
         Err(crate::lock::no_elections(match self {
-            Protocol::Redis | Protocol::ZooKeeper(_) => return Ok(()),
+            Protocol::Redis | Protocol::ZooKeeper(_) | Protocol::Sql(_) => return Ok(()),
             Protocol::Redisson => "the Redisson-compatible layout",
             Protocol::Redlock { .. } => "Redlock",
-            Protocol::Sql(_) => "SQL",
         }))
+    }
+
+    /// Checks a leader's value before anything is sent: its length, and that the server can
+    /// store it (PostgreSQL's text holds no NUL character).
+    pub fn check_value(&self, value: &str) -> Result<(), Error> {
+        crate::check_value(value)?;
+        match self {
+            Protocol::Sql(settings) => sql::check_text(settings.dialect, "a leader's value", value),
+            _ => Ok(()),
+        }
     }
 
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per

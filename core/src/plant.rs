@@ -53,7 +53,8 @@ pub enum Plant {
     PermitWhenNoneFree,
     /// The reference SQL database grants a lock beside its live holder.
     SqlGrantBesideHolder,
-    /// The reference Redis's PROCLAIM checks the owner token but not the term.
+    /// The reference servers' PROCLAIM (Redis's, SQL's) checks the owner token but not the
+    /// term.
     ProclaimAnyTerm,
     /// An election observer forgets the highest term it reported once it reports the lock
     /// free.

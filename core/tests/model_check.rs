@@ -244,7 +244,7 @@ impl Model {
         let server = match self.backend {
             Backend::Redis | Backend::Redisson => Server::Redis(Store::new()),
             Backend::Redlock(nodes) => Server::Redlock(vec![Store::new(); nodes as usize]),
-            Backend::Sql(dialect) => Server::Sql(SqlStore::new(dialect)),
+            Backend::Sql(dialect) => Server::Sql(SqlStore::new(&SqlSettings::new(dialect))),
             Backend::ZooKeeper => Server::ZooKeeper(ZkStore::new()),
         };
         let mut s = State {

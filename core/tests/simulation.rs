@@ -55,7 +55,7 @@
 //!    the longest lock-delay: the lock of a holder, or of a waiter it was handed to, that died
 //!    is free again within that bound (SAFETY.md's liveness; a hand-off lasts the waiter
 //!    lease);
-//! 10. elections (one Redis and ZooKeeper; the election is the lock `orders/42`, PROTOCOL.md
+//! 10. elections (one Redis, ZooKeeper and SQL; the election is the lock `orders/42`, PROTOCOL.md
 //!     §20): holders of a new tenure proclaim, and clients observe it. A proclaim reports its
 //!     hold's fencing token as the term; an observer reports terms that only grow (a new
 //!     value within a term aside), and each leader it reports is a value that was proclaimed
@@ -93,7 +93,8 @@ const NAMES: [&str; 3] = ["orders/42", "a{b}c", "%7B}{"];
 const SEMAPHORES: [(&str, u32); 2] = [("pool", 2), ("a{b}c", 3)];
 /// Read-write locks (apart from the lock of one name, too).
 const RW_LOCKS: [&str; 2] = ["doc", "orders/42"];
-/// The election (one Redis worlds): the lock of this name, whose new holders proclaim.
+/// The election (worlds of one Redis, ZooKeeper or SQL): the lock of this name, whose new
+/// holders proclaim.
 const ELECTION: &str = NAMES[0];
 const STEPS_PER_SEED: u64 = 5_000;
 /// The longest lease a client asks for (an extend's 2 s), and the longest lock-delay it sets
@@ -479,7 +480,7 @@ impl World {
             };
             let mut settings = SqlSettings::new(dialect);
             settings.poll_interval = Duration::from_millis(*world.rng.pick(&[5, 50, 200]));
-            world.sql = Some((SqlStore::new(dialect), settings));
+            world.sql = Some((SqlStore::new(&settings), settings));
             world.stats.sql_seeds = 1;
         } else if seed % 4 == 1 {
             let nodes = *world.rng.pick(&[3, 5]);
@@ -1008,9 +1009,9 @@ impl World {
         }
     }
 
-    /// Worlds whose backend offers elections: one Redis and ZooKeeper.
+    /// Worlds whose backend offers elections: one Redis, ZooKeeper and SQL.
     fn elects(&self) -> bool {
-        self.redlock.is_none() && self.sql.is_none() && !self.redisson
+        self.redlock.is_none() && !self.redisson
     }
 
     /// Observe `op` of client `c` reported `leader`: a value proclaimed under its term, and

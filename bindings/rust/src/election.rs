@@ -56,7 +56,7 @@ impl Election {
     /// candidate of its own. Dropping the future leaves the queue.
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
         let value = value.into();
-        dlock_core::check_value(&value)?;
+        self.client.protocol().check_value(&value)?;
         self.client.protocol().check_elections()?;
         let guard = self
             .client
@@ -167,7 +167,7 @@ impl Leadership {
     /// Publishes a new value under the same term.
     pub async fn proclaim(&self, value: impl Into<String>) -> Result<(), Error> {
         let value = value.into();
-        dlock_core::check_value(&value)?;
+        self.client.protocol().check_value(&value)?;
         let (reply, done) = oneshot::channel();
         let command = Command::Proclaim {
             op: OpId(self.client.next_id()),

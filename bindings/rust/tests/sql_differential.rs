@@ -1,8 +1,9 @@
 //! The SQL reference (`dlock_core::sql::reference`, what the simulation runs against) against
 //! a real PostgreSQL and a real MariaDB: the same random sequences of statements — every
-//! lock statement the engine sends, in every mode, with leases short enough to expire
-//! mid-run — must give the same replies, leave the same rows (owner, hold count, fencing
-//! token; the waiters in queue order) and the same fencing counter.
+//! lock and election statement the engine sends, in every mode, with leases short enough to
+//! expire mid-run — must give the same replies, leave the same rows (owner, hold count,
+//! fencing token; the waiters in queue order; each election's value and term) and the same
+//! fencing counter.
 //!
 //! Each statement runs between two readings of the database's clock on the same connection;
 //! the reference runs it at the first reading and at the second, and one of them must agree
@@ -27,8 +28,11 @@ enum Real {
 /// The rows of `dlock_lock` and `dlock_holder` as compared, by (name, kind, holder's owner
 /// token or ""): owner, holds, fence, permits; and the expiry (µs), compared within the time a
 /// statement took.
-type Rows =
-    BTreeMap<(String, String, String), ((Option<String>, i64, i64, Option<i64>), Option<u64>)>;
+type Rows = BTreeMap<RowKey, RowValue>;
+/// A compared row's key: name, kind, holder's owner token or "".
+type RowKey = (String, String, String);
+/// A compared row: owner, holds, fence, permits; and its expiry (µs).
+type RowValue = ((Option<String>, i64, i64, Option<i64>), Option<u64>);
 /// A lock row as MySQL gives it: name, kind, owner, holds, fence, permits, expiry (µs).
 type MysqlRow = (
     Vec<u8>,
@@ -113,9 +117,10 @@ impl Real {
                 let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                     values.iter().map(|v| &**v as _).collect();
                 let row = c.query_one(sql.as_str(), &refs).await.unwrap();
-                if *statement == Statement::Status {
-                    let v: Vec<String> = row.get(0);
-                    v.into_iter().map(SqlValue::Text).collect()
+                if statement.replies_text() {
+                    let v: Vec<Option<String>> = row.get(0);
+                    let text = |v: Option<String>| v.map_or(SqlValue::Null, SqlValue::Text);
+                    v.into_iter().map(text).collect()
                 } else {
                     let v: Vec<i64> = row.get(0);
                     v.into_iter().map(SqlValue::Int).collect()
@@ -141,7 +146,7 @@ impl Real {
                         mysql_async::Value::Bytes(b) => {
                             let text = String::from_utf8(b).unwrap();
                             match text.parse() {
-                                Ok(n) if *statement != Statement::Status => SqlValue::Int(n),
+                                Ok(n) if !statement.replies_text() => SqlValue::Int(n),
                                 _ => SqlValue::Text(text),
                             }
                         }
@@ -196,6 +201,15 @@ impl Real {
                         (key, r.get::<_, i64>(4) as u64)
                     })
                     .collect();
+                let leaders = c
+                    .query("SELECT name, fence, value FROM dlock_leader", &[])
+                    .await
+                    .unwrap();
+                rows.extend(
+                    leaders
+                        .into_iter()
+                        .map(|r| leader_row(r.get(0), r.get(1), r.get(2))),
+                );
                 let fence: i64 = c
                     .query_one(
                         "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM dlock_fence",
@@ -231,6 +245,15 @@ impl Real {
                         ((Some(o), h, f, None), Some(e as u64)),
                     )
                 }));
+                let leaders: Vec<(Vec<u8>, i64, Vec<u8>)> = c
+                    .query("SELECT name, fence, value FROM dlock_leader")
+                    .await
+                    .unwrap();
+                rows.extend(
+                    leaders
+                        .into_iter()
+                        .map(|(n, f, v)| leader_row(text(n), f, text(v))),
+                );
                 type MysqlWaiter = (Vec<u8>, String, String, Option<String>, i64);
                 let queue: Vec<MysqlWaiter> = c
                     .query("SELECT name, kind, owner, mode, CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED) FROM dlock_waiter ORDER BY ticket")
@@ -251,6 +274,17 @@ impl Real {
             }
         }
     }
+}
+
+/// The kind under which `dlock_leader`'s rows are compared.
+const LEADER: &str = "leader";
+
+/// A row of `dlock_leader` among the compared rows: its value where a lock row has its owner.
+fn leader_row(name: String, fence: i64, value: String) -> (RowKey, RowValue) {
+    (
+        (name, LEADER.into(), String::new()),
+        ((Some(value), 0, fence, None), None),
+    )
 }
 
 fn reference_state(store: &Store) -> (Rows, Queue, i64) {
@@ -275,6 +309,10 @@ fn reference_state(store: &Store) -> (Rows, Queue, i64) {
                 ),
             );
         }
+    }
+    for (name, (fence, value)) in &store.leaders {
+        let (key, row) = leader_row(name.clone(), *fence, value.clone());
+        rows.insert(key, row);
     }
     let mut queue: Vec<(u64, WaiterKey, u64)> = store
         .waiters
@@ -351,6 +389,9 @@ fn agree(
 /// The reference takes the database's expiry times (checked near its own already).
 fn take_expiries(store: &mut Store, rows: &Rows, queue: &Queue) {
     for ((name, kind, holder), (_, expires)) in rows {
+        if kind == LEADER {
+            continue;
+        }
         let key = (name.clone(), kind_of(kind));
         if holder.is_empty() {
             if let Some(row) = store.locks.get_mut(&key) {
@@ -391,6 +432,7 @@ fn pttl_at(statement: Statement, values: &[SqlValue]) -> Option<usize> {
             Some(SqlValue::Int(0 | 2)),
         ) => Some(1),
         (Statement::Status, _) => Some(3),
+        (Statement::Leader, _) => Some(2),
         _ => None,
     }
 }
@@ -416,9 +458,11 @@ fn same(statement: Statement, real: &[SqlValue], reference: &[SqlValue], slack_m
 }
 
 /// A random statement of the engine's repertoire: of a lock, a semaphore or a read-write
-/// lock, in every mode.
-fn random_op(rng: &mut Rng, settings: &SqlSettings) -> SqlOp {
+/// lock, in every mode, and of an election (proclaims mostly under the lock's latest term,
+/// from `store`).
+fn random_op(rng: &mut Rng, settings: &SqlSettings, store: &Store) -> SqlOp {
     use dlock_core::redis::Script;
+    use dlock_core::sql::reference::LOCK;
     let names = ["a", "b/ü"];
     // An owner token is one hold's, of one kind, as the engine makes them.
     let lock_tokens = ["c1-1", "c1-2", "c2-1", "c3-7"];
@@ -437,9 +481,9 @@ fn random_op(rng: &mut Rng, settings: &SqlSettings) -> SqlOp {
             a.push(word.into());
         }
     };
-    let kind = rng.below(20);
+    let kind = rng.below(23);
     let token = *rng.pick(match kind {
-        0..=8 => &lock_tokens,
+        0..=8 | 20..=22 => &lock_tokens,
         9..=12 => &permit_tokens,
         13..=16 => &rw_tokens,
         _ => &tokens,
@@ -492,7 +536,19 @@ fn random_op(rng: &mut Rng, settings: &SqlSettings) -> SqlOp {
             }
             Dialect::Mysql => call(settings, Script::Extend, &[name], &args(&[token, lease])),
         },
-        _ => settings.status(name),
+        19 => settings.status(name),
+        20 => {
+            let latest = store
+                .locks
+                .get(&(name.to_owned(), LOCK))
+                .map_or(0, |r| r.fence);
+            let term = if rng.chance(800) { latest } else { latest - 1 };
+            let value = *rng.pick(&["10.0.0.7:8080", "ü", ""]);
+            let a = args(&[token, &term.to_string(), value]);
+            call(settings, Script::Proclaim, &[name], &a)
+        }
+        21 => call(settings, Script::Resign, &[name], &args(&[token])),
+        _ => call(settings, Script::Leader, &[name], &[]),
     }
 }
 
@@ -514,7 +570,7 @@ async fn differential(url: &str, seeds: u64, steps: usize) {
         match &mut real {
             Real::Postgres(c) => c
                 .batch_execute(
-                    "TRUNCATE dlock_lock, dlock_holder, dlock_waiter; ALTER SEQUENCE dlock_fence RESTART",
+                    "TRUNCATE dlock_lock, dlock_holder, dlock_waiter, dlock_leader; ALTER SEQUENCE dlock_fence RESTART",
                 )
                 .await
                 .unwrap(),
@@ -523,16 +579,17 @@ async fn differential(url: &str, seeds: u64, steps: usize) {
                     "DELETE FROM dlock_lock",
                     "DELETE FROM dlock_holder",
                     "DELETE FROM dlock_waiter",
+                    "DELETE FROM dlock_leader",
                     "UPDATE dlock_fence SET value = 0",
                 ] {
                     c.query_drop(sql).await.unwrap();
                 }
             }
         }
-        let mut store = Store::new(dialect);
+        let mut store = Store::new(&settings);
         let mut rng = Rng(seed * 7919 + 1);
         for step in 0..steps {
-            let op = random_op(&mut rng, &settings);
+            let op = random_op(&mut rng, &settings, &store);
             let SqlOp::Query { statement, .. } = &op else {
                 unreachable!()
             };

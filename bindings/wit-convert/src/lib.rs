@@ -185,7 +185,7 @@ macro_rules! conversions {
             });
             $crate::__units!(CoreStatement => Statement {
                 Acquire, Release, Dequeue, Extend, Status, PermitAcquire, PermitRelease,
-                PermitDequeue, RwAcquire, RwRelease, RwDequeue
+                PermitDequeue, RwAcquire, RwRelease, RwDequeue, Proclaim, Resign, Leader
             });
             $crate::__units!(CoreDialect => Dialect { Postgres, Mysql });
             $crate::__units!(CoreLostReason => LostReason {

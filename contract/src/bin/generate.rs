@@ -56,7 +56,7 @@ struct Bed {
     manual: bool,
     held: Vec<Request>,
     events: Vec<Event>,
-    /// The pub/sub channels each engine subscribed to (Redis).
+    /// The channels each engine subscribed to (Redis) or listens on (PostgreSQL).
     subscribed: Vec<BTreeSet<String>>,
 }
 
@@ -102,7 +102,7 @@ impl Bed {
                 let sessions = configs.iter().map(|_| store.open_session()).collect();
                 Server::Zk { store, sessions }
             }
-            Protocol::Sql(ref settings) => Server::Sql(SqlStore::new(settings.dialect)),
+            Protocol::Sql(ref settings) => Server::Sql(SqlStore::new(settings)),
         };
         let engines = configs
             .iter()
@@ -175,14 +175,7 @@ impl Bed {
             (Server::Redis(store), Op::Redis(RedisOp::Eval { script, keys, args })) => {
                 match store.eval(now_ms, script, &keys, &args) {
                     Ok(outcome) => {
-                        for (channel, payload) in outcome.published {
-                            for (to, subscribed) in self.subscribed.iter().enumerate() {
-                                if subscribed.contains(&channel) {
-                                    let (channel, payload) = (channel.clone(), payload.clone());
-                                    notices.push((to, Notice::Message { channel, payload }));
-                                }
-                            }
-                        }
+                        deliver(&self.subscribed, outcome.published, &mut notices);
                         Ok(Response::Redis(outcome.reply))
                     }
                     Err(e) => Err(TransportError::Server(e)),
@@ -208,20 +201,15 @@ impl Bed {
                     Err(_) => Err(TransportError::Unavailable("session expired".into())),
                 }
             }
-            (Server::Sql(_), Op::Sql(SqlOp::Listen { .. })) => Ok(Response::Sql(Vec::new())),
+            (Server::Sql(_), Op::Sql(SqlOp::Listen { channel })) => {
+                self.subscribed[who].insert(channel);
+                Ok(Response::Sql(Vec::new()))
+            }
             (Server::Sql(store), Op::Sql(op)) => {
                 let outcome = store
                     .exec(self.now.as_nanos() / 1_000, &op)
                     .expect("a statement of the engine's");
-                for (channel, payload) in outcome.notified {
-                    if let Some(to) = self
-                        .engines
-                        .iter()
-                        .position(|e| e.wake_channel() == channel)
-                    {
-                        notices.push((to, Notice::Message { channel, payload }));
-                    }
-                }
+                deliver(&self.subscribed, outcome.notified, &mut notices);
                 Ok(Response::Sql(outcome.values))
             }
             (_, op) => panic!("{op:?} sent to the wrong server"),
@@ -1024,7 +1012,7 @@ fn redis_only() -> Vec<Json> {
         "redis-election",
         "An election (§20): the subject observes 'scheduler' (SUBSCRIBE to its channel, then LEADER: nobody leads). A ghost takes the lock and proclaims: its message is news at once, and a read follows. The subject campaigns (ACQUIRE, queued); the ghost resigns (RESIGN hands the lock over); the subject proclaims twice (same term, new value) and resigns; the observer sees each change and then the free lock, and its cancel ends it.",
     );
-    election_turns(&mut b);
+    election_turns(&mut b, 0);
     out.push(b.finish());
 
     let mut b = Bed::redis(
@@ -1063,22 +1051,50 @@ fn redis_only() -> Vec<Json> {
     out
 }
 
+/// Messages a script published (a statement notified), as notices for each engine that
+/// subscribed to (listens on) their channel.
+fn deliver(
+    subscribed: &[BTreeSet<String>],
+    messages: Vec<(String, Vec<u8>)>,
+    notices: &mut Vec<(usize, Notice)>,
+) {
+    for (channel, payload) in messages {
+        for (to, channels) in subscribed.iter().enumerate() {
+            if channels.contains(&channel) {
+                let (channel, payload) = (channel.clone(), payload.clone());
+                notices.push((to, Notice::Message { channel, payload }));
+            }
+        }
+    }
+}
+
 /// The subject observes "scheduler", a ghost leads and proclaims, the subject campaigns, the
-/// ghost resigns, the subject proclaims twice, resigns and stops observing.
-fn election_turns(b: &mut Bed) {
+/// ghost resigns, the subject proclaims twice, resigns and stops observing. Without a push
+/// channel, `look_ms` passes after each step, so that the subject looks again.
+fn election_turns(b: &mut Bed, look_ms: u64) {
+    let look = |b: &mut Bed| {
+        if look_ms > 0 {
+            b.advance(look_ms);
+        }
+    };
     b.command(Command::Observe {
         op: OpId(9),
         name: "scheduler".into(),
     })
     .ghost(1, wait_lock(1, "scheduler"))
-    .ghost(1, proclaim(2, HoldId(1), "ghost:1"))
-    .command(wait_lock(1, "scheduler"))
-    .ghost(1, release(3, HoldId(1)));
+    .ghost(1, proclaim(2, HoldId(1), "ghost:1"));
+    look(b);
+    b.command(wait_lock(1, "scheduler"))
+        .ghost(1, release(3, HoldId(1)));
+    look(b);
     let h = b.hold(1);
-    b.command(proclaim(2, h, "subject:1"))
-        .command(proclaim(3, h, "subject:2"))
-        .command(release(4, h))
-        .command(Command::Cancel { op: OpId(9) });
+    for (op, value) in [(2, "subject:1"), (3, "subject:2")] {
+        b.command(proclaim(op, h, value));
+        look(b);
+    }
+    b.command(release(4, h));
+    look(b);
+    b.command(Command::Cancel { op: OpId(9) });
 }
 
 fn proclaim(op: u64, hold: HoldId, value: &str) -> Command {
@@ -1358,7 +1374,7 @@ fn zk_only() -> Vec<Json> {
         "zookeeper-election",
         "An election on ZooKeeper (§20, Curator's LeaderSelector layout): the subject observes 'scheduler' (WATCH-CHILDREN of the directory: missing, so it is made with its pin and listed again; nobody leads). A ghost takes the lock and proclaims (SET-DATA of its node): the watches fire, the subject lists and reads the lowest node's data (GET-DATA with a watch). The subject campaigns and queues; the ghost resigns (deletes its node); the subject proclaims twice and resigns; its observer follows each change by watches, and its cancel ends it.",
     );
-    election_turns(&mut b);
+    election_turns(&mut b, 0);
     out.push(b.finish());
 
     out
@@ -1399,6 +1415,22 @@ fn sql_only() -> Vec<Json> {
         b.command(rw(2, "jobs", 1, false, Wait::No));
         let r = b.hold(2);
         b.command(release(3, w)).command(release(4, r));
+        out.push(b.finish());
+
+        let about = match dialect {
+            Dialect::Postgres => {
+                "An election (§20, §18): the subject observes 'scheduler' (LISTEN on the prefix's election channel, then LEADER: nobody leads). A ghost takes the lock and proclaims (PROCLAIM notifies the channel with the election's name): the subject reads LEADER. The subject campaigns (queued); the ghost resigns (RESIGN hands the lock over and notifies); the subject proclaims twice (same term, new value) and resigns; the observer sees each change and then the free lock, and its cancel ends it."
+            }
+            Dialect::Mysql => {
+                "An election (§20, §18) without a push channel: the subject observes 'scheduler' by reading LEADER, and again every poll interval (jittered). A ghost takes the lock and proclaims; the subject campaigns (queued, looking again every poll interval); the ghost resigns (RESIGN hands the lock over); the subject proclaims twice (same term, new value) and resigns; the observer's reads see each change and then the free lock, and its cancel ends it."
+            }
+        };
+        let mut b = Bed::new(leak(format!("{p}-election")), about, sql(dialect), 1);
+        let look_ms = match dialect {
+            Dialect::Postgres => 0,
+            Dialect::Mysql => 100, // twice the poll interval
+        };
+        election_turns(&mut b, look_ms);
         out.push(b.finish());
     }
     out

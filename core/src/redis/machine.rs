@@ -62,6 +62,22 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
     /// messages pushed to observers.
     const ELECTS: bool = false;
 
+    /// The channel that tells election `name`'s observers to read LEADER.
+    fn leader_channel(&self, name: &str) -> String {
+        redis::leader_channel(name)
+    }
+
+    /// A message on an election's channel, as an observer of election `name` reads it:
+    /// `None` if it concerns another election; else the news it carries, if any.
+    fn leader_news<'a>(&self, _name: &str, payload: &'a [u8]) -> Option<LeaderNews<'a>> {
+        Some(redis::parse_leader_message(payload))
+    }
+
+    /// Refuses a leader's value the server cannot store (after the engine's checks).
+    fn refuse_value(&self, _value: &str) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// The server pushes wake-ups (pub/sub, `NOTIFY`): the machine subscribes to its channel.
     fn pushes(&self) -> bool {
         true
@@ -73,6 +89,10 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
         None
     }
 }
+
+/// What a message on an election's channel says, if anything: a term, with the value
+/// proclaimed in it (or `None`: the term ended).
+pub(crate) type LeaderNews<'a> = Option<(u64, Option<&'a str>)>;
 
 /// Redis: the scripts run with `EVALSHA`, wake-ups come by pub/sub.
 #[derive(Clone, Debug)]

@@ -928,10 +928,19 @@ pub fn parse_leader(v: &Value) -> Result<LeaderRead, Error> {
     let Value::Array(items) = v else {
         return Err(bad());
     };
-    let [Value::Int(term), value, Value::Int(pttl)] = items.as_slice() else {
+    // SQL's LEADER replies its numbers as text (they share an array with the value).
+    let number = |v: &Value| match v {
+        Value::Int(n) => Some(*n),
+        Value::Data(d) => core::str::from_utf8(d).ok()?.parse().ok(),
+        _ => None,
+    };
+    let [term, value, pttl] = items.as_slice() else {
         return Err(bad());
     };
-    let term = u64::try_from(*term).map_err(|_| bad())?;
+    let (Some(term), Some(pttl)) = (number(term), number(pttl)) else {
+        return Err(bad());
+    };
+    let term = u64::try_from(term).map_err(|_| bad())?;
     let value = match value {
         Value::Nil => None,
         Value::Data(d) => Some(String::from_utf8(d.clone()).map_err(|_| bad())?),
@@ -942,7 +951,7 @@ pub fn parse_leader(v: &Value) -> Result<LeaderRead, Error> {
             .filter(|_| term > 0)
             .map(|value| Leader { term, value }),
         held: term > 0,
-        ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
     })
 }
 

@@ -20,7 +20,7 @@
 use core::time::Duration;
 
 use crate::error::Error;
-use crate::redis::machine::Wire;
+use crate::redis::machine::{LeaderNews, Wire};
 use crate::redis::{RedisOp, Script, Value};
 use crate::status::LockStatus;
 use crate::types::{Acquire, Op, Primitive, Response};
@@ -176,15 +176,25 @@ impl SqlSettings {
             }
             (Statement::Extend, Dialect::Postgres) => &[TextList, TextList, IntList],
             (Statement::Extend, Dialect::Mysql) => &[Text, Text, Int],
-            (Statement::Status, _) => &[Text],
+            (Statement::Status | Statement::Leader, _) => &[Text],
+            (Statement::Proclaim, _) => &[Text, Text, Int, Text],
+            (Statement::Resign, _) => &[Text, Text],
         }
     }
 
     /// The function a client checks for when it connects (the last the schema creates):
     /// present, the schema is in place and the client need not (and may not be allowed to)
-    /// run DDL.
+    /// run DDL. A schema of an earlier release lacks it, so the client brings it up to date
+    /// (every statement of the schema can run again).
     pub fn probe_function(&self) -> String {
-        format!("{}status_v1", self.table_prefix)
+        format!("{}leader_v1", self.table_prefix)
+    }
+
+    /// The channel every election of this prefix tells its observers on (PostgreSQL), with
+    /// the election's name as the payload: a channel name has at most 63 bytes, so it cannot
+    /// carry the election's name as Redis's does.
+    pub fn leader_channel(&self) -> String {
+        format!("{}leader", self.table_prefix)
     }
 
     /// The [`SqlOp`] that runs the lock script `script` on the locks `names` (the script's
@@ -261,6 +271,22 @@ impl Wire for SqlSettings {
     fn refuse(&self, a: &Acquire) -> Result<(), Error> {
         check_name(self.dialect, &a.name)
     }
+
+    const ELECTS: bool = true;
+
+    fn leader_channel(&self, _name: &str) -> String {
+        SqlSettings::leader_channel(self)
+    }
+
+    /// The payload is the name of the election whose leader changed: its observers read
+    /// LEADER (the payload carries no term: it is only a call to look).
+    fn leader_news<'a>(&self, name: &str, payload: &'a [u8]) -> Option<LeaderNews<'a>> {
+        (payload == name.as_bytes()).then_some(None)
+    }
+
+    fn refuse_value(&self, value: &str) -> Result<(), Error> {
+        check_text(self.dialect, "a leader's value", value)
+    }
 }
 
 /// A table prefix is a plain SQL identifier that needs no quoting: 1 to
@@ -293,6 +319,9 @@ pub enum Statement {
     RwAcquire,
     RwRelease,
     RwDequeue,
+    Proclaim,
+    Resign,
+    Leader,
 }
 
 impl Statement {
@@ -305,7 +334,7 @@ impl Statement {
             .find(|s| dashed(*s).eq(script.name().bytes()))
     }
 
-    pub const ALL: [Statement; 11] = [
+    pub const ALL: [Statement; 14] = [
         Statement::Acquire,
         Statement::Release,
         Statement::Dequeue,
@@ -317,7 +346,16 @@ impl Statement {
         Statement::RwAcquire,
         Statement::RwRelease,
         Statement::RwDequeue,
+        Statement::Proclaim,
+        Statement::Resign,
+        Statement::Leader,
     ];
+
+    /// It replies text (a `text[]` on PostgreSQL, a row read as text on MySQL), which the
+    /// engine reads; every other statement replies integers.
+    pub fn replies_text(self) -> bool {
+        matches!(self, Statement::Status | Statement::Leader)
+    }
 
     /// The statement's name in docs and logs (the Lua script's): its function is
     /// `<prefix><name>_v1`.
@@ -334,6 +372,9 @@ impl Statement {
             Statement::RwAcquire => "rw_acquire",
             Statement::RwRelease => "rw_release",
             Statement::RwDequeue => "rw_dequeue",
+            Statement::Proclaim => "proclaim",
+            Statement::Resign => "resign",
+            Statement::Leader => "leader",
         }
     }
 }
@@ -445,10 +486,16 @@ pub fn parse_status(values: &[SqlValue]) -> Result<LockStatus, Error> {
 
 /// Names the database cannot store: PostgreSQL's `text` holds no NUL character.
 pub(crate) fn check_name(dialect: Dialect, name: &str) -> Result<(), Error> {
+    check_text(dialect, "a lock name", name)
+}
+
+/// Text the database cannot store (`what` it is, for the error): on PostgreSQL, text with a
+/// NUL character.
+pub(crate) fn check_text(dialect: Dialect, what: &str, text: &str) -> Result<(), Error> {
     match dialect {
-        Dialect::Postgres if name.contains('\0') => Err(Error::InvalidArgument(
-            "a lock name on PostgreSQL cannot contain a NUL character".into(),
-        )),
+        Dialect::Postgres if text.contains('\0') => Err(Error::InvalidArgument(format!(
+            "{what} on PostgreSQL cannot contain a NUL character"
+        ))),
         Dialect::Postgres | Dialect::Mysql => Ok(()),
     }
 }

@@ -776,3 +776,95 @@ BEGIN
             owner IS NOT NULL AND expires_at > t AS held
         FROM dlock_lock WHERE name = p_name AND kind = 'lock') l ON TRUE;
 END
+--;
+-- Elections (§20): an election is the lock of its name; its leader publishes a value under its
+-- term, the fencing token of its tenure. The value a tenure proclaimed, one row per name: it
+-- outlives the tenure, and LEADER shows it only while that tenure holds the lock. Observers
+-- look again (no NOTIFY).
+CREATE TABLE IF NOT EXISTS dlock_leader (
+    name  VARBINARY(1024) NOT NULL,
+    fence BIGINT NOT NULL,
+    value VARBINARY(4096) NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE = InnoDB
+--;
+DROP PROCEDURE IF EXISTS dlock_proclaim_v1
+--;
+-- PROCLAIM: as proclaim.lua. Selects (1, term) stored | (0) not this tenure's (another owner
+-- or term, or its lease ran out).
+CREATE PROCEDURE dlock_proclaim_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64),
+    IN p_term BIGINT, IN p_value VARBINARY(4096))
+BEGIN
+    DECLARE l_owner VARCHAR(64);
+    DECLARE l_fence BIGINT;
+    DECLARE l_expires DATETIME(6);
+    DECLARE t DATETIME(6);
+    DECLARE ours BOOLEAN DEFAULT FALSE;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    CALL dlock_row_v1(p_name, 'lock');
+    SET t = UTC_TIMESTAMP(6);
+    SELECT owner, fence, expires_at INTO l_owner, l_fence, l_expires FROM dlock_lock
+        WHERE name = p_name AND kind = 'lock';
+    SET ours = l_owner IS NOT NULL AND l_owner = p_token AND l_fence = p_term AND l_expires > t;
+    IF ours THEN
+        INSERT INTO dlock_leader (name, fence, value) VALUES (p_name, p_term, p_value)
+            ON DUPLICATE KEY UPDATE fence = p_term, value = p_value;
+    END IF;
+    COMMIT;
+    IF ours THEN
+        CALL dlock_reply_v1(2, 1, p_term, NULL);
+    ELSE
+        CALL dlock_reply_v1(1, 0, NULL, NULL);
+    END IF;
+END
+--;
+DROP PROCEDURE IF EXISTS dlock_resign_v1
+--;
+-- RESIGN: as resign.lua, the final release of an election's leader. Selects (0) not the
+-- owner | (2, handed) freed (handed: 1 if a waiter got it).
+CREATE PROCEDURE dlock_resign_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64))
+BEGIN
+    DECLARE l_owner VARCHAR(64);
+    DECLARE l_expires DATETIME(6);
+    DECLARE t DATETIME(6);
+    DECLARE n INT DEFAULT 2;
+    DECLARE r1, r2 BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    CALL dlock_row_v1(p_name, 'lock');
+    SET t = UTC_TIMESTAMP(6);
+    SELECT owner, expires_at INTO l_owner, l_expires FROM dlock_lock
+        WHERE name = p_name AND kind = 'lock';
+    IF l_owner IS NULL OR l_owner <> p_token OR l_expires <= t THEN
+        SET n = 1, r1 = 0;
+    ELSE
+        DELETE FROM dlock_leader WHERE name = p_name;
+        CALL dlock_hand_off_v1(p_name, t, r2);
+        SET r1 = 2;
+    END IF;
+    COMMIT;
+    CALL dlock_reply_v1(n, r1, r2, NULL);
+END
+--;
+DROP PROCEDURE IF EXISTS dlock_leader_v1
+--;
+-- LEADER, read only: as leader.lua. Selects (term, value, pttl): the holder's fencing token
+-- (0 if the lock is free), the value proclaimed in its tenure (NULL if none) and the
+-- milliseconds its lease has left (-2 if free). The last procedure the schema creates: a
+-- client that finds it needs no DDL.
+CREATE PROCEDURE dlock_leader_v1(IN p_name VARBINARY(1024))
+BEGIN
+    DECLARE t DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+    SELECT
+        CAST(IF(l.held, l.fence, 0) AS SIGNED) AS term,
+        IF(l.held, (SELECT v.value FROM dlock_leader v
+            WHERE v.name = p_name AND v.fence = l.fence), NULL) AS value,
+        CAST(IF(l.held, FLOOR(TIMESTAMPDIFF(MICROSECOND, t, l.expires_at) / 1000), -2)
+            AS SIGNED) AS pttl
+    FROM (SELECT 1) one
+    LEFT JOIN (SELECT fence, expires_at, owner IS NOT NULL AND expires_at > t AS held
+        FROM dlock_lock WHERE name = p_name AND kind = 'lock') l ON TRUE;
+END

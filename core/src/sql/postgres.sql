@@ -611,3 +611,74 @@ BEGIN
                WHERE w.name = p_name AND w.kind = 'lock' AND w.expires_at > t
                ORDER BY w.ticket);
 END $$
+--;
+-- Elections (§20): an election is the lock of its name; its leader publishes a value under its
+-- term, the fencing token of its tenure. The value a tenure proclaimed, one row per name: it
+-- outlives the tenure, and LEADER shows it only while that tenure holds the lock.
+CREATE TABLE IF NOT EXISTS dlock_leader (
+    name  text PRIMARY KEY,
+    fence bigint NOT NULL,
+    value text NOT NULL
+)
+--;
+-- Tells the observers of election `p_name` to read LEADER: one channel for every election of
+-- the prefix (a channel name has at most 63 bytes), with the election's name as the payload.
+CREATE OR REPLACE FUNCTION dlock_tell_v1(p_name text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_notify('dlock_leader', p_name)
+$$
+--;
+-- PROCLAIM: as proclaim.lua. Replies {1, term} stored and observers told | {0} not this
+-- tenure's (another owner or term, or its lease ran out).
+CREATE OR REPLACE FUNCTION dlock_proclaim_v1(p_name text, p_token text, p_term bigint,
+    p_value text)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    l dlock_lock := dlock_row_v1(p_name, 'lock');
+    t timestamptz := clock_timestamp();
+BEGIN
+    IF l.owner IS DISTINCT FROM p_token OR l.fence <> p_term OR l.expires_at <= t THEN
+        RETURN ARRAY[0]::bigint[];
+    END IF;
+    INSERT INTO dlock_leader (name, fence, value) VALUES (p_name, p_term, p_value)
+        ON CONFLICT (name) DO UPDATE SET fence = EXCLUDED.fence, value = EXCLUDED.value;
+    PERFORM dlock_tell_v1(p_name);
+    RETURN ARRAY[1, p_term];
+END $$
+--;
+-- RESIGN: as resign.lua, the final release of an election's leader, which tells its
+-- observers. Replies {0} not the owner | {2, handed} freed (handed: 1 if a waiter got it).
+CREATE OR REPLACE FUNCTION dlock_resign_v1(p_name text, p_token text)
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    l dlock_lock := dlock_row_v1(p_name, 'lock');
+    t timestamptz := clock_timestamp();
+    handed bigint;
+BEGIN
+    IF l.owner IS DISTINCT FROM p_token OR l.expires_at <= t THEN
+        RETURN ARRAY[0]::bigint[];
+    END IF;
+    DELETE FROM dlock_leader WHERE name = p_name;
+    handed := dlock_hand_off_v1(p_name, t);
+    PERFORM dlock_tell_v1(p_name);
+    RETURN ARRAY[2, handed];
+END $$
+--;
+-- LEADER, read only: as leader.lua. Replies {term, value, pttl} as text: the holder's fencing
+-- token ('0' if the lock is free), the value proclaimed in its tenure (NULL if none) and the
+-- milliseconds its lease has left ('-2' if free). The last function the schema creates: a
+-- client that finds it needs no DDL.
+CREATE OR REPLACE FUNCTION dlock_leader_v1(p_name text)
+RETURNS text[] LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    l dlock_lock;
+    t timestamptz := clock_timestamp();
+BEGIN
+    SELECT * INTO l FROM dlock_lock WHERE name = p_name AND kind = 'lock';
+    IF l.owner IS NULL OR l.expires_at <= t THEN
+        RETURN ARRAY['0', NULL, '-2'];
+    END IF;
+    RETURN ARRAY[l.fence::text,
+        (SELECT v.value FROM dlock_leader v WHERE v.name = p_name AND v.fence = l.fence),
+        dlock_ms_left_v1(l.expires_at, t)::text];
+END $$

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::plant::{self, Plant};
-use crate::sql::{Dialect, Param, SqlOp, SqlValue, Statement};
+use crate::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue, Statement};
 
 /// The `kind` column: a lock, a semaphore and a read-write lock of one name are apart.
 pub const LOCK: &str = "lock";
@@ -64,7 +64,11 @@ pub struct Outcome {
 #[derive(Debug, Clone)]
 pub struct Store {
     dialect: Dialect,
+    /// The channel that tells observers of elections (PostgreSQL).
+    leader_channel: String,
     pub locks: BTreeMap<Key, Row>,
+    /// `dlock_leader`: each election's value, and the term it was proclaimed in.
+    pub leaders: BTreeMap<String, (i64, String)>,
     /// Each name's holders by owner token.
     pub holders: BTreeMap<Key, BTreeMap<String, Hold>>,
     /// Each name's waiters in ticket order.
@@ -96,10 +100,13 @@ fn ms_left(e: Option<u64>, t: u64) -> i64 {
 }
 
 impl Store {
-    pub fn new(dialect: Dialect) -> Self {
+    /// The tables of `settings`' dialect and table prefix, empty.
+    pub fn new(settings: &SqlSettings) -> Self {
         Self {
-            dialect,
+            dialect: settings.dialect,
+            leader_channel: settings.leader_channel(),
             locks: BTreeMap::new(),
+            leaders: BTreeMap::new(),
             holders: BTreeMap::new(),
             waiters: BTreeMap::new(),
             next_ticket: 1,
@@ -163,6 +170,9 @@ impl Store {
                 (_, other) => return Err(format!("extend takes {other:?}")),
             },
             Statement::Status => self.status(t, text(0)?),
+            Statement::Proclaim => self.proclaim(t, text(0)?, text(1)?, int(2)?, text(3)?),
+            Statement::Resign => self.resign(t, text(0)?, text(1)?),
+            Statement::Leader => self.leader(t, text(0)?),
         };
         Ok(Outcome {
             values,
@@ -726,6 +736,80 @@ impl Store {
     }
 }
 
+impl Store {
+    /// `dlock_tell_v1`: tells the observers of election `name` to read (PostgreSQL).
+    fn tell(&mut self, name: &str) {
+        if self.dialect == Dialect::Postgres {
+            let message = (self.leader_channel.clone(), name.as_bytes().to_vec());
+            self.notified.push(message);
+        }
+    }
+
+    fn proclaim(
+        &mut self,
+        t: u64,
+        name: &str,
+        token: &str,
+        term: i64,
+        value: &str,
+    ) -> Vec<SqlValue> {
+        let ours = self.holder(name, LOCK, t).as_deref() == Some(token);
+        let fence = self.row(name, LOCK).fence;
+        let term = if plant::on(Plant::ProclaimAnyTerm) {
+            fence
+        } else {
+            term
+        };
+        if !ours || fence != term {
+            return ints(&[0]);
+        }
+        self.leaders
+            .insert(name.to_owned(), (term, value.to_owned()));
+        self.tell(name);
+        ints(&[1, term])
+    }
+
+    fn resign(&mut self, t: u64, name: &str, token: &str) -> Vec<SqlValue> {
+        if self.holder(name, LOCK, t).as_deref() != Some(token) {
+            return ints(&[0]);
+        }
+        self.leaders.remove(name);
+        let handed = self.hand_off(name, t);
+        self.tell(name);
+        ints(&[2, handed])
+    }
+
+    /// LEADER, read only: term, value (if proclaimed in this tenure) and pttl, as text.
+    fn leader(&mut self, t: u64, name: &str) -> Vec<SqlValue> {
+        let row = self.locks.get(&key(name, LOCK));
+        let held = row.filter(|r| r.owner.is_some() && r.expires_at.is_some_and(|e| e > t));
+        let Some(row) = held else {
+            return self.leader_reply(0, None, -2);
+        };
+        let value = self
+            .leaders
+            .get(name)
+            .filter(|(fence, _)| *fence == row.fence)
+            .map(|(_, value)| value.clone());
+        let (fence, pttl) = (row.fence, ms_left(row.expires_at, t));
+        self.leader_reply(fence, value, pttl)
+    }
+
+    /// LEADER's reply: all text on PostgreSQL (one `text[]`), the numbers as numbers on
+    /// MySQL (a row).
+    fn leader_reply(&self, term: i64, value: Option<String>, pttl: i64) -> Vec<SqlValue> {
+        let number = |n: i64| match self.dialect {
+            Dialect::Postgres => SqlValue::Text(n.to_string()),
+            Dialect::Mysql => SqlValue::Int(n),
+        };
+        vec![
+            number(term),
+            value.map_or(SqlValue::Null, SqlValue::Text),
+            number(pttl),
+        ]
+    }
+}
+
 /// The arguments of an acquire (ACQUIRE, PERMIT-ACQUIRE, RW-ACQUIRE): for a semaphore,
 /// `count` is its number of permits; for a read-write lock, `flag` is `read` or `write`.
 struct Acquire<'a> {
@@ -756,7 +840,7 @@ mod tests {
                 (Script::PermitAcquire, Script::PermitRelease, SEMAPHORE, "1"),
             ] {
                 let settings = SqlSettings::new(dialect);
-                let mut store = Store::new(dialect);
+                let mut store = Store::new(&settings);
                 let mut run = |t: u64, script: Script, args: &[&str]| {
                     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
                     store

@@ -213,9 +213,9 @@ async fn query(pool: &Pool, statement: Statement, sql: String, params: Vec<Param
             }
             Value::Bytes(b) => {
                 let text = String::from_utf8_lossy(&b).into_owned();
-                match (statement, text.parse::<i64>()) {
-                    (Statement::Status, _) | (_, Err(_)) => SqlValue::Text(text),
-                    (_, Ok(n)) => SqlValue::Int(n),
+                match text.parse::<i64>() {
+                    Ok(n) if !statement.replies_text() => SqlValue::Int(n),
+                    _ => SqlValue::Text(text),
                 }
             }
             other => SqlValue::Text(format!("{other:?}")),

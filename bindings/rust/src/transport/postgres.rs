@@ -364,15 +364,15 @@ async fn query(client: &Client, statement: Statement, sql: &str, params: &[Param
     let Some(row) = rows.first() else {
         return Ok(Response::Sql(Vec::new()));
     };
-    let values = match statement {
-        Statement::Status => row
+    let values = match statement.replies_text() {
+        true => row
             .try_get::<_, Option<Vec<Option<String>>>>(0)
             .map_err(transport_error)?
             .unwrap_or_default()
             .into_iter()
             .map(|v| v.map_or(SqlValue::Null, SqlValue::Text))
             .collect(),
-        _ => row
+        false => row
             .try_get::<_, Option<Vec<Option<i64>>>>(0)
             .map_err(transport_error)?
             .unwrap_or_default()

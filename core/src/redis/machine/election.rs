@@ -1,7 +1,9 @@
-//! Elections on the Redis machine (PROTOCOL.md §20): an election is the lock of its name,
-//! whose holder publishes a value with PROCLAIM and resigns with RESIGN. Observers
-//! subscribe to the election's channel, read LEADER when a message comes, and read again when
-//! the leader's lease would run out — a leader that dies silently sends nothing.
+//! Elections on the Redis machine (PROTOCOL.md §20), on Redis and on SQL: an election is
+//! the lock of its name, whose holder publishes a value with PROCLAIM and resigns with RESIGN.
+//! Observers subscribe to the election's channel (a NOTIFY channel on PostgreSQL), read
+//! LEADER when a message comes, and read again when the leader's lease would run out — a
+//! leader that dies silently sends nothing. Without a push channel (MySQL) they read again
+//! every poll interval.
 
 use core::time::Duration;
 use std::collections::BTreeMap;
@@ -27,6 +29,7 @@ pub(crate) struct Elections {
 /// One observe command.
 #[derive(Clone, Debug)]
 struct Observer {
+    name: String,
     keys: LockKeys,
     channel: String,
     seen: Seen,
@@ -56,6 +59,7 @@ impl<W: Wire> Redis<W> {
                 "an election's leader holds a lock, not a permit or a read-write hold".into(),
             ));
         }
+        self.wire.refuse_value(&value)?;
         t.data.leads = true;
         let req = self.wire.op(
             redis::proclaim(&t.data.keys, &t.token, term, &value),
@@ -99,12 +103,17 @@ impl<W: Wire> Redis<W> {
         op: OpId,
         name: String,
     ) -> Result<(), Error> {
-        let channel = redis::leader_channel(&name);
-        let subscribed = self.elections.channels.get(&channel).copied();
+        let channel = self.wire.leader_channel(&name);
+        // Without a push channel, observers only read (and read again).
+        let subscribed = match self.wire.pushes() {
+            true => self.elections.channels.get(&channel).copied(),
+            false => Some(true),
+        };
         self.elections.observers.insert(
             op,
             Observer {
                 keys: LockKeys::new(&name),
+                name,
                 channel: channel.clone(),
                 seen: Seen::default(),
                 reading: None,
@@ -180,9 +189,9 @@ impl<W: Wire> Redis<W> {
             .map(|(op, _)| *op)
     }
 
-    /// A message on an election channel: a proclaim's `<term> <value>` is news at once if
-    /// its term is newer than any reported; either kind makes the observers read again.
-    /// Returns whether the channel was an election's.
+    /// A message on an election channel makes the observers of the election it concerns
+    /// read again; on Redis, a proclaim's `<term> <value>` is news at once if its term is
+    /// newer than any reported. Returns whether the channel was an election's.
     pub(super) fn leader_message(
         &mut self,
         life: &mut Life<W>,
@@ -192,13 +201,15 @@ impl<W: Wire> Redis<W> {
         if !self.elections.channels.contains_key(channel) {
             return false;
         }
-        let message = redis::parse_leader_message(payload);
         let ops: Vec<OpId> = self.observers_of(channel).collect();
         for op in ops {
             let Some(o) = self.elections.observers.get_mut(&op) else {
                 continue;
             };
-            if let Some((term, Some(value))) = message {
+            let Some(news) = self.wire.leader_news(&o.name, payload) else {
+                continue; // another election's, on a channel they share
+            };
+            if let Some((term, Some(value))) = news {
                 let value = value.to_owned();
                 if let Some(leader) = o.seen.pushed(Leader { term, value }) {
                     o.stale = o.reading.is_some();
@@ -224,14 +235,14 @@ impl<W: Wire> Redis<W> {
         self.elections.next_read += 1;
         o.reading = Some(read);
         o.stale = false;
-        let req = redis::leader(&o.keys);
+        let req = self.wire.op(redis::leader(&o.keys), &[&o.name]);
         life.clear_timer(RedisTimer::Observe(op));
-        // LEADER reads one lock, named by its keys: the wire needs no name for it.
-        self.send(life, req, &[], Purpose::Leader { op, read });
+        life.send(req, Purpose::Leader { op, read });
     }
 
     /// A LEADER read answered: a change is reported (terms never go back), and the next read
-    /// is due when the leader's lease would run out, or after a waiter lease at the latest.
+    /// is due when the leader's lease would run out, or after a waiter lease at the latest
+    /// (a poll interval, jittered, without a push channel).
     pub(super) fn on_leader(
         &mut self,
         life: &mut Life<W>,
@@ -240,7 +251,10 @@ impl<W: Wire> Redis<W> {
         reply: Result<Value, Error>,
     ) {
         let now = life.now();
-        let poll = self.waiter_lease;
+        let poll = match self.wire.poll() {
+            Some(poll) => self.jitter.between(poll / 2, poll),
+            None => self.waiter_lease,
+        };
         let Some(o) = self.elections.observers.get_mut(&op) else {
             return;
         };
