@@ -967,6 +967,18 @@ fn three_elect_processes_one_leader_and_a_failover_on_zookeeper() {
 }
 
 #[test]
+fn three_elect_processes_one_leader_and_a_failover_on_postgres() {
+    let db = PostgresServer::start();
+    three_candidates_one_leader(&db.url(), db.dir());
+}
+
+#[test]
+fn three_elect_processes_one_leader_and_a_failover_on_mariadb() {
+    let db = MariadbServer::start();
+    three_candidates_one_leader(&db.url(), db.dir());
+}
+
+#[test]
 fn elect_runs_the_command_and_resigns_with_its_exit_code() {
     let server = RedisServer::start();
     let url = server.url();

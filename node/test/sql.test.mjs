@@ -6,6 +6,7 @@ import { connect, fencedUpdate } from 'dlock'
 import mysql from 'mysql2/promise'
 import pg from 'pg'
 import { twoClientsContend } from './contention.mjs'
+import { aLeaderIsObserved } from './observed.mjs'
 import { startMariadb } from './mariadb.mjs'
 import { startPostgres } from './postgres.mjs'
 
@@ -81,5 +82,14 @@ for (const [kind, start] of Object.entries(databases)) {
     await writer.release()
     await a.close()
     await b.close()
+  })
+
+  test(`an election on ${kind}: campaign, proclaim, observe, resign`, async () => {
+    await aLeaderIsObserved(db.url, 'sql/e')
+    const client = await connect(db.url)
+    if (kind === 'postgres') {
+      await assert.rejects(client.election('e').campaign('a\0b'), { code: 'DLOCK_INVALID_ARGUMENT' })
+    }
+    await client.close()
   })
 }

@@ -1,9 +1,9 @@
 // The npm package on ZooKeeper: zk:// is only another URL.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect } from 'dlock'
 
 import { twoClientsContend } from './contention.mjs'
+import { aLeaderIsObserved } from './observed.mjs'
 import { startZooKeeper } from './zookeeper.mjs'
 
 let zk
@@ -26,18 +26,5 @@ test('locks on zk:// exclude, fence with increasing bigints and report status', 
 })
 
 test('an election on zk:// (Curator LeaderSelector layout): campaign, proclaim, observe, resign', async () => {
-  const [a, b] = [await connect(zk.url), await connect(zk.url)]
-  const changes = b.election('zk/e').observe()[Symbol.asyncIterator]()
-  const next = async () => (await changes.next()).value
-  assert.equal(await next(), null)
-  const lead = await a.election('zk/e').campaign('a')
-  assert.deepEqual(await next(), { term: lead.term, value: 'a' })
-  await lead.proclaim('a2')
-  assert.deepEqual(await next(), { term: lead.term, value: 'a2' })
-  assert.deepEqual(await b.election('zk/e').leader(), { term: lead.term, value: 'a2' })
-  await lead.resign()
-  assert.equal(await next(), null)
-  await changes.return()
-  await a.close()
-  await b.close()
+  await aLeaderIsObserved(zk.url, 'zk/e')
 })

@@ -1,5 +1,5 @@
 """Leader election from Python (docs/PROTOCOL.md §20), sync and asyncio, against a real
-redis-server and Redis Cluster: candidates lead one at a time with growing terms, observers hear
+redis-server, Redis Cluster, ZooKeeper, PostgreSQL and MariaDB: candidates lead one at a time with growing terms, observers hear
 every change, and what cannot be done is refused. Verdicts wait for events, not sleeps."""
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ import pytest
 
 import dlock
 import dlock.aio
-from conftest import RedisCluster, Redlock, RedisServer, ZooKeeperServer
+from conftest import (
+    MariadbServer,
+    PostgresServer,
+    RedisCluster,
+    Redlock,
+    RedisServer,
+    ZooKeeperServer,
+)
 
 
 def next_change(observer: dlock.Observer) -> Optional[dlock.Leader]:
@@ -116,13 +123,28 @@ def test_on_a_cluster(redis_cluster: RedisCluster) -> None:
         assert next_change(observer) is None
 
 
-def test_on_zookeeper(zookeeper: ZooKeeperServer) -> None:
-    a, b = dlock.connect(zookeeper.url), dlock.connect(zookeeper.url)
-    with b.election("zk/e").observe() as observer:
+def a_leader_is_observed(url: str) -> None:
+    """One client leads and proclaims again; another observes each change and the free lock."""
+    a, b = dlock.connect(url), dlock.connect(url)
+    with b.election("site/e").observe() as observer:
         assert next_change(observer) is None
-        with a.election("zk/e").campaign("a") as lead:
+        with a.election("site/e").campaign("a") as lead:
             assert next_change(observer) == dlock.Leader(lead.term, "a")
             lead.proclaim("a2")
             assert next_change(observer) == dlock.Leader(lead.term, "a2")
-            assert b.election("zk/e").leader() == dlock.Leader(lead.term, "a2")
+            assert b.election("site/e").leader() == dlock.Leader(lead.term, "a2")
         assert next_change(observer) is None
+
+
+def test_on_zookeeper(zookeeper: ZooKeeperServer) -> None:
+    a_leader_is_observed(zookeeper.url)
+
+
+def test_on_postgres(postgres: PostgresServer) -> None:
+    a_leader_is_observed(postgres.url)
+    with pytest.raises(dlock.InvalidArgument, match="NUL"):
+        dlock.connect(postgres.url).election("e").campaign("a\0b")
+
+
+def test_on_mariadb(mariadb: MariadbServer) -> None:
+    a_leader_is_observed(mariadb.url)

@@ -1,12 +1,12 @@
-//! Leader election (PROTOCOL.md §20) against a real redis-server and Redis Cluster, and on
-//! memory://: one leader at a time, terms that grow, observers that hear every change — a
+//! Leader election (PROTOCOL.md §20) against a real redis-server, Redis Cluster, ZooKeeper,
+//! PostgreSQL and MariaDB, and on memory://: one leader at a time, terms that grow, observers that hear every change — a
 //! resignation, a new value, and a leader that dies without a word — and refusals of what
 //! cannot be done. Verdicts wait for events, never for a sleep to be long enough.
 
 use std::time::Duration;
 
 use dlock::{Error, Leader};
-use dlock_testkit::{RedisCluster, RedisServer, ZkEnsemble};
+use dlock_testkit::{MariadbServer, PostgresServer, RedisCluster, RedisServer, ZkEnsemble};
 use futures_util::StreamExt;
 
 mod common;
@@ -80,33 +80,65 @@ async fn candidates_take_turns_and_observers_hear_each(url: &str) {
     assert_eq!(a.election("scheduler").leader().await.unwrap(), None);
 }
 
+/// A leader of election `reports` written by hand into the server, as PROCLAIM leaves it (term
+/// 7, value `dead:9`), with a lease of `ms` milliseconds from now: a process that died.
+async fn write_dead_leader(url: &str, ms: u64) {
+    if let Some(rest) = url.strip_prefix("postgres://") {
+        let (client, connection) =
+            tokio_postgres::connect(&format!("postgres://{rest}"), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let sql = format!(
+            "INSERT INTO dlock_lock (name, kind, owner, holds, fence, expires_at)
+                 VALUES ('reports', 'lock', 'dead-1', 1, 7,
+                         clock_timestamp() + interval '{ms} milliseconds')
+                 ON CONFLICT (name, kind) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+             INSERT INTO dlock_leader VALUES ('reports', 7, 'dead:9') ON CONFLICT DO NOTHING"
+        );
+        client.batch_execute(&sql).await.unwrap();
+    } else if url.starts_with("mysql://") {
+        use mysql_async::prelude::Queryable;
+        let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
+        let sql = format!(
+            "INSERT INTO dlock_lock (name, kind, owner, holds, fence, expires_at)
+                 VALUES ('reports', 'lock', 'dead-1', 1, 7,
+                         UTC_TIMESTAMP(6) + INTERVAL {ms} * 1000 MICROSECOND)
+                 ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at);
+             INSERT IGNORE INTO dlock_leader VALUES ('reports', 7, 'dead:9')"
+        );
+        conn.query_drop(sql).await.unwrap();
+    } else {
+        let mut con = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let key = dlock_core::redis::LockKeys::new("reports").lock;
+        let _: () = redis::pipe()
+            .hset_multiple(
+                &key,
+                &[
+                    ("owner", "dead-1"),
+                    ("count", "1"),
+                    ("fence", "7"),
+                    ("value", "dead:9"),
+                ],
+            )
+            .pexpire(&key, ms as i64)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+}
+
 /// A leader whose process died: its lease runs out without a message. The observer notices
 /// within the lease, and a waiting candidate takes over with a larger term.
-async fn a_silent_death_is_noticed_within_the_lease(url: &str, raw: &str) {
+async fn a_silent_death_is_noticed_within_the_lease(url: &str) {
     let watcher = connect(url).await.unwrap();
     let candidate = connect(url).await.unwrap();
-    // A leader as PROCLAIM leaves it, written by hand with a long lease: the observer sees it
-    // however slow the machine is.
-    let mut con = redis::Client::open(raw)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let key = dlock_core::redis::LockKeys::new("reports").lock;
-    let _: () = redis::pipe()
-        .hset_multiple(
-            &key,
-            &[
-                ("owner", "dead-1"),
-                ("count", "1"),
-                ("fence", "7"),
-                ("value", "dead:9"),
-            ],
-        )
-        .pexpire(&key, 600_000)
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    // Written with a long lease first: the observer sees it however slow the machine is.
+    write_dead_leader(url, 600_000).await;
 
     let mut observer = watcher.election("reports").observe().unwrap();
     assert_eq!(next(&mut observer).await, leader(7, "dead:9"));
@@ -117,12 +149,7 @@ async fn a_silent_death_is_noticed_within_the_lease(url: &str, raw: &str) {
     })
     .await;
     // Its process dies: nothing more from it, and its lease runs out in 1 s.
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(&key)
-        .arg(1_000)
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    write_dead_leader(url, 1_000).await;
     let leadership = campaign.await.unwrap().unwrap();
     assert!(leadership.term() > 7);
     let mut seen = next(&mut observer).await;
@@ -142,7 +169,44 @@ async fn on_redis_candidates_take_turns_and_observers_hear_each() {
 #[tokio::test]
 async fn on_redis_a_silent_death_is_noticed_within_the_lease() {
     let server = RedisServer::start();
-    a_silent_death_is_noticed_within_the_lease(&server.url(), &server.url()).await;
+    a_silent_death_is_noticed_within_the_lease(&server.url()).await;
+}
+
+#[tokio::test]
+async fn on_postgres_candidates_take_turns_and_observers_hear_each() {
+    let db = PostgresServer::start();
+    candidates_take_turns_and_observers_hear_each(&db.url()).await;
+}
+
+#[tokio::test]
+async fn on_postgres_a_silent_death_is_noticed_within_the_lease() {
+    let db = PostgresServer::start();
+    a_silent_death_is_noticed_within_the_lease(&db.url()).await;
+}
+
+#[tokio::test]
+async fn on_mariadb_candidates_take_turns_and_observers_hear_each() {
+    let db = MariadbServer::start();
+    candidates_take_turns_and_observers_hear_each(&db.url()).await;
+}
+
+#[tokio::test]
+async fn on_mariadb_a_silent_death_is_noticed_within_the_lease() {
+    let db = MariadbServer::start();
+    a_silent_death_is_noticed_within_the_lease(&db.url()).await;
+}
+
+/// PostgreSQL's text holds no NUL: such a value is refused before the campaign takes the lock.
+#[tokio::test]
+async fn on_postgres_a_value_it_cannot_store_is_refused_before_anything_is_sent() {
+    let db = PostgresServer::start();
+    let client = connect(&db.url()).await.unwrap();
+    let refused = client.election("e").campaign("a\0b").await;
+    assert!(
+        matches!(&refused, Err(Error::Engine(dlock_core::Error::InvalidArgument(m))) if m.contains("NUL")),
+        "{refused:?}"
+    );
+    assert!(client.status("e").await.unwrap().owner.is_none());
 }
 
 #[tokio::test]

@@ -123,7 +123,7 @@ const fn election(name: &'static str, backend: Backend, nemesis: Nemesis) -> Sce
 }
 
 /// Every scenario, in the order of the table.
-pub const SCENARIOS: [Scenario; 27] = [
+pub const SCENARIOS: [Scenario; 29] = [
     scenario("redis-pause", Backend::Redis, Nemesis::Pause),
     scenario("redis-kill", Backend::Redis, Nemesis::Kill),
     scenario("redis-waiter-kill", Backend::Redis, Nemesis::WaiterKill),
@@ -169,6 +169,8 @@ pub const SCENARIOS: [Scenario; 27] = [
     election("redis-election-pause", Backend::Redis, Nemesis::Pause),
     election("redis-election-kill", Backend::Redis, Nemesis::Kill),
     election("zk-election-kill", Backend::ZooKeeper, Nemesis::Kill),
+    election("postgres-election-pause", Backend::Postgres, Nemesis::Pause),
+    election("mariadb-election-kill", Backend::Mariadb, Nemesis::Kill),
     Scenario {
         fenced: false,
         ..scenario("control-unfenced-pause", Backend::Redis, Nemesis::Pause)
