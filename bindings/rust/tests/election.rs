@@ -196,6 +196,53 @@ async fn on_mariadb_a_silent_death_is_noticed_within_the_lease() {
     a_silent_death_is_noticed_within_the_lease(&db.url()).await;
 }
 
+/// A database set up by a release before elections (no `dlock_leader`, no election
+/// functions): the next client to connect brings the schema up to date, and leads.
+async fn a_schema_from_before_elections_is_brought_up_to_date(url: &str) {
+    drop(connect(url).await.unwrap());
+    let old_schema = [
+        "DROP TABLE dlock_leader",
+        "DROP PROCEDURE dlock_proclaim_v1",
+        "DROP PROCEDURE dlock_resign_v1",
+        "DROP PROCEDURE dlock_leader_v1",
+    ];
+    if let Some(rest) = url.strip_prefix("postgres://") {
+        let (client, connection) =
+            tokio_postgres::connect(&format!("postgres://{rest}"), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let sql =
+            old_schema.join(";").replace("PROCEDURE", "FUNCTION") + "; DROP FUNCTION dlock_tell_v1";
+        client.batch_execute(&sql).await.unwrap();
+    } else {
+        use mysql_async::prelude::Queryable;
+        let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
+        for sql in old_schema {
+            conn.query_drop(sql).await.unwrap();
+        }
+    }
+    let client = connect(url).await.unwrap();
+    let lead = client.election("upgraded").campaign("v").await.unwrap();
+    assert_eq!(
+        client.election("upgraded").leader().await.unwrap(),
+        leader(lead.term(), "v")
+    );
+    lead.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn on_postgres_a_schema_from_before_elections_is_brought_up_to_date() {
+    let db = PostgresServer::start();
+    a_schema_from_before_elections_is_brought_up_to_date(&db.url()).await;
+}
+
+#[tokio::test]
+async fn on_mariadb_a_schema_from_before_elections_is_brought_up_to_date() {
+    let db = MariadbServer::start();
+    a_schema_from_before_elections_is_brought_up_to_date(&db.url()).await;
+}
+
 /// PostgreSQL's text holds no NUL: such a value is refused before the campaign takes the lock.
 #[tokio::test]
 async fn on_postgres_a_value_it_cannot_store_is_refused_before_anything_is_sent() {

@@ -531,6 +531,23 @@ mod tests {
         }
     }
 
+    /// A client that finds the probe function runs no DDL, so it must be the last thing each
+    /// schema creates: a schema of an earlier release lacks it, and gets what was added.
+    #[test]
+    fn the_probe_function_is_the_last_thing_each_schema_creates() {
+        for dialect in Dialect::ALL {
+            let settings = SqlSettings::new(dialect);
+            let schema = settings.schema();
+            let last = schema.iter().rev().find(|s| s.contains("CREATE ")).unwrap();
+            let probe = settings.probe_function();
+            assert!(
+                last.contains(&format!("FUNCTION {probe}("))
+                    || last.contains(&format!("PROCEDURE {probe}(")),
+                "{dialect:?}: {last}"
+            );
+        }
+    }
+
     #[test]
     fn table_prefixes_are_plain_identifiers() {
         for good in ["dlock_", "a", "app_2_"] {

@@ -291,21 +291,16 @@ BEGIN
     CALL dlock_reply_v1(n, r1, r2, r3);
 END
 --;
-DROP PROCEDURE IF EXISTS dlock_release_v1
+DROP PROCEDURE IF EXISTS dlock_release_held_v1
 --;
--- RELEASE: as release.lua. Selects (0) not the owner | (1, count) still held |
--- (2, handed) freed (handed: 1 if a waiter got it).
-CREATE PROCEDURE dlock_release_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64),
-    IN p_count BIGINT, IN p_flag VARCHAR(16))
+-- RELEASE's work inside the caller's transaction: its reply as (n, r1, r2).
+CREATE PROCEDURE dlock_release_held_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64),
+    IN p_count BIGINT, IN p_flag VARCHAR(16), OUT n INT, OUT r1 BIGINT, OUT r2 BIGINT)
 BEGIN
     DECLARE l_owner VARCHAR(64);
     DECLARE l_expires DATETIME(6);
     DECLARE t DATETIME(6);
-    DECLARE n INT DEFAULT 2;
-    DECLARE r1, r2 BIGINT;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-    START TRANSACTION;
+    SET n = 2, r2 = NULL;
     CALL dlock_row_v1(p_name, 'lock');
     SET t = UTC_TIMESTAMP(6);
     SELECT owner, expires_at INTO l_owner, l_expires FROM dlock_lock
@@ -322,6 +317,21 @@ BEGIN
         CALL dlock_hand_off_v1(p_name, t, r2);
         SET r1 = 2;
     END IF;
+END
+--;
+DROP PROCEDURE IF EXISTS dlock_release_v1
+--;
+-- RELEASE: as release.lua. Selects (0) not the owner | (1, count) still held |
+-- (2, handed) freed (handed: 1 if a waiter got it).
+CREATE PROCEDURE dlock_release_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64),
+    IN p_count BIGINT, IN p_flag VARCHAR(16))
+BEGIN
+    DECLARE n INT;
+    DECLARE r1, r2 BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    CALL dlock_release_held_v1(p_name, p_token, p_count, p_flag, n, r1, r2);
     COMMIT;
     CALL dlock_reply_v1(n, r1, r2, NULL);
 END
@@ -822,28 +832,19 @@ END
 --;
 DROP PROCEDURE IF EXISTS dlock_resign_v1
 --;
--- RESIGN: as resign.lua, the final release of an election's leader. Selects (0) not the
--- owner | (2, handed) freed (handed: 1 if a waiter got it).
+-- RESIGN: as resign.lua, the final release of an election's leader (RELEASE with count 0),
+-- which drops its value. Selects (0) not the owner | (2, handed) freed (handed: 1 if a
+-- waiter got it).
 CREATE PROCEDURE dlock_resign_v1(IN p_name VARBINARY(1024), IN p_token VARCHAR(64))
 BEGIN
-    DECLARE l_owner VARCHAR(64);
-    DECLARE l_expires DATETIME(6);
-    DECLARE t DATETIME(6);
-    DECLARE n INT DEFAULT 2;
+    DECLARE n INT;
     DECLARE r1, r2 BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
-    CALL dlock_row_v1(p_name, 'lock');
-    SET t = UTC_TIMESTAMP(6);
-    SELECT owner, expires_at INTO l_owner, l_expires FROM dlock_lock
-        WHERE name = p_name AND kind = 'lock';
-    IF l_owner IS NULL OR l_owner <> p_token OR l_expires <= t THEN
-        SET n = 1, r1 = 0;
-    ELSE
+    CALL dlock_release_held_v1(p_name, p_token, 0, '', n, r1, r2);
+    IF r1 = 2 THEN
         DELETE FROM dlock_leader WHERE name = p_name;
-        CALL dlock_hand_off_v1(p_name, t, r2);
-        SET r1 = 2;
     END IF;
     COMMIT;
     CALL dlock_reply_v1(n, r1, r2, NULL);

@@ -646,22 +646,19 @@ BEGIN
     RETURN ARRAY[1, p_term];
 END $$
 --;
--- RESIGN: as resign.lua, the final release of an election's leader, which tells its
--- observers. Replies {0} not the owner | {2, handed} freed (handed: 1 if a waiter got it).
+-- RESIGN: as resign.lua, the final release of an election's leader (RELEASE with count 0),
+-- which drops its value and tells its observers. Replies {0} not the owner | {2, handed}
+-- freed (handed: 1 if a waiter got it).
 CREATE OR REPLACE FUNCTION dlock_resign_v1(p_name text, p_token text)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    l dlock_lock := dlock_row_v1(p_name, 'lock');
-    t timestamptz := clock_timestamp();
-    handed bigint;
+    r bigint[] := dlock_release_v1(p_name, p_token, 0, '');
 BEGIN
-    IF l.owner IS DISTINCT FROM p_token OR l.expires_at <= t THEN
-        RETURN ARRAY[0]::bigint[];
+    IF r[1] = 2 THEN
+        DELETE FROM dlock_leader WHERE name = p_name;
+        PERFORM dlock_tell_v1(p_name);
     END IF;
-    DELETE FROM dlock_leader WHERE name = p_name;
-    handed := dlock_hand_off_v1(p_name, t);
-    PERFORM dlock_tell_v1(p_name);
-    RETURN ARRAY[2, handed];
+    RETURN r;
 END $$
 --;
 -- LEADER, read only: as leader.lua. Replies {term, value, pttl} as text: the holder's fencing

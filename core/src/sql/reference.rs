@@ -769,14 +769,14 @@ impl Store {
         ints(&[1, term])
     }
 
+    /// RESIGN: RELEASE with count 0, which then drops the value and tells the observers.
     fn resign(&mut self, t: u64, name: &str, token: &str) -> Vec<SqlValue> {
-        if self.holder(name, LOCK, t).as_deref() != Some(token) {
-            return ints(&[0]);
+        let released = self.release(t, name, token, 0, "");
+        if released.first() == Some(&SqlValue::Int(2)) {
+            self.leaders.remove(name);
+            self.tell(name);
         }
-        self.leaders.remove(name);
-        let handed = self.hand_off(name, t);
-        self.tell(name);
-        ints(&[2, handed])
+        released
     }
 
     /// LEADER, read only: term, value (if proclaimed in this tenure) and pttl, as text.
