@@ -125,6 +125,10 @@ wasm:
 setup:
     scripts/setup
 
+# Set the one version of every package (Cargo.toml, the npm package; the wheel reads Cargo's).
+set-version version:
+    scripts/set-version {{version}}
+
 # dlock-core's normal dependency tree is itself alone: no I/O, clock or RNG crates.
 core-is-sans-io:
     #!/usr/bin/env bash
