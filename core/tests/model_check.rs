@@ -6,7 +6,9 @@
 //! The simulation draws interleavings at random; this explores *every* interleaving of a small
 //! configuration, breadth first, up to a depth: two clients, each with a fixed script
 //! (acquire, then release), contend for one lock (fair, non-fair), one semaphore or one
-//! read-write lock. At every state each of these moves is a choice:
+//! read-write lock; or they are candidates of an election (acquire, proclaim, release),
+//! which client 0 also observes from the start. At every state each of these moves is a
+//! choice:
 //!
 //! - a client's application takes its script's next step;
 //! - the server (on Redlock: the node it is for) runs a client's oldest request in flight (a
@@ -29,7 +31,8 @@
 //! at most one holder (permits: N; read-write: one writer or readers) whose validity has not
 //! run out (1, 6, 7); new tenures' fencing tokens strictly grow (2); a running client has been
 //! told it lost a hold by the end of its validity (3); one Redis keeps no lock longer than
-//! the lease plus the waiter lease (9). A state where a client still has work but no move is
+//! the lease plus the waiter lease (9); a proclaim's term is its hold's token, and the
+//! observer reports only values proclaimed under their term, terms never going back (10). A state where a client still has work but no move is
 //! possible is a hang. States are deduplicated by a hash of their full contents; a violation
 //! prints the shortest path to it.
 //!
@@ -43,8 +46,8 @@
 //! `lost-late` in 13 on PostgreSQL, `redlock-smallest-counter` in 13 on Redlock,
 //! `zk-readers-ignore-writers` in 14, `zk-long-validity` in 16, `zk-validity-from-reply` and
 //! `lost-late` in 18 on ZooKeeper (a stopped holder whose session expires), `no-drift` and
-//! `zk-no-drift` in 16 with skewed clocks; the others need messages that take time, which the
-//! simulation has.
+//! `zk-no-drift` in 16 with skewed clocks, `observer-forgets-term` in 16 on Redis's
+//! election; the others need messages that take time, which the simulation has.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -57,8 +60,9 @@ use dlock_core::sql::reference::Store as SqlStore;
 use dlock_core::sql::{Dialect, SqlOp, SqlSettings};
 use dlock_core::zk::reference::{SessionId, Store as ZkStore};
 use dlock_core::{
-    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind, Notice, Op,
-    OpId, Output, Protocol, Request, RequestId, Response, TransportError, Wait, ZkSettings,
+    Acquire, ClientId, Command, Config, Engine, Event, HoldId, Input, Instant, Kind, Leader,
+    Notice, Op, OpId, Output, Protocol, Request, RequestId, Response, TransportError, Wait,
+    ZkSettings,
 };
 
 const MS: u64 = 1_000_000;
@@ -79,6 +83,9 @@ enum Target {
     },
     /// Client 0 writes, the others read.
     RwLock,
+    /// An election (PROTOCOL.md §20): the lock, whose holders proclaim before they release;
+    /// client 0 observes it from the start.
+    Election,
 }
 
 /// Where the lock lives.
@@ -139,11 +146,17 @@ struct Proc {
     requests: VecDeque<Request>,
     replies: VecDeque<Input>,
     wake_ups: VecDeque<Input>,
-    /// Acquires still to make; each is released once granted.
+    /// Acquires still to make; each is released once granted (in an election, once its
+    /// value is proclaimed).
     acquires: u32,
     held: Option<Hold>,
     acquiring: bool,
     releasing: bool,
+    proclaiming: bool,
+    /// The hold's value was proclaimed.
+    proclaimed: bool,
+    /// The last leader this client's observer reported.
+    seen: Option<Leader>,
     next_op: u64,
     zk: Option<ZkConn>,
     /// The process is stopped (a GC pause, a stopped VM): it reads nothing, its timers wait,
@@ -159,6 +172,8 @@ struct State {
     subscribers: BTreeMap<String, BTreeSet<usize>>,
     /// The largest fencing token any client learned of a new tenure.
     last_token: u64,
+    /// Every (term, value) a client asked to proclaim.
+    proclaimed: BTreeSet<(u64, String)>,
     faults: u32,
     ticks: u32,
 }
@@ -211,6 +226,7 @@ impl Model {
             Target::Lock { fair: false } => "non-fair lock",
             Target::Semaphore { .. } => "semaphore",
             Target::RwLock => "read-write lock",
+            Target::Election => "election",
         };
         let backend = match self.backend {
             Backend::Redis => "Redis".to_owned(),
@@ -233,7 +249,7 @@ impl Model {
 
     fn kind(&self, client: usize) -> Kind {
         match self.target {
-            Target::Lock { .. } => Kind::Mutex,
+            Target::Lock { .. } | Target::Election => Kind::Mutex,
             Target::Semaphore { permits } => Kind::Semaphore { permits },
             Target::RwLock if client == 0 => Kind::Write,
             Target::RwLock => Kind::Read,
@@ -253,6 +269,7 @@ impl Model {
             procs: Vec::new(),
             subscribers: BTreeMap::new(),
             last_token: 0,
+            proclaimed: BTreeSet::new(),
             faults: 0,
             ticks: 0,
         };
@@ -291,18 +308,30 @@ impl Model {
                 held: None,
                 acquiring: false,
                 releasing: false,
+                proclaiming: false,
+                proclaimed: false,
+                seen: None,
                 next_op: 1,
                 zk,
                 paused: false,
             });
         }
-        // Each client subscribes to its wake-up channel first (on every node; MySQL has none):
-        // served and answered before the search starts, so that it explores the contention
-        // rather than the start-up.
+        // Each client subscribes to its wake-up channel first (on every node; MySQL has none),
+        // and an election's observer subscribes to its channel and reads: served and answered
+        // before the search starts, so that it explores the contention rather than the
+        // start-up.
         for c in 0..self.clients {
-            if s.procs[c].zk.is_some() {
-                let engine = s.procs[c].engine.as_mut().expect("live");
+            let zk = s.procs[c].zk.is_some();
+            let engine = s.procs[c].engine.as_mut().expect("live");
+            if zk {
                 engine.handle_input(Instant::from_nanos(0), Input::Notice(Notice::Connected));
+            }
+            if self.target == Target::Election && c == 0 {
+                let observe = Command::Observe {
+                    op: OpId(0),
+                    name: "m".into(),
+                };
+                engine.handle_input(Instant::from_nanos(0), Input::Command(observe));
             }
             self.pump(&mut s, c).expect("a fresh engine breaks nothing");
             while !s.procs[c].requests.is_empty() {
@@ -317,7 +346,8 @@ impl Model {
     fn moves(&self, s: &State) -> Vec<Move> {
         let mut moves = Vec::new();
         for (c, p) in s.procs.iter().enumerate() {
-            let idle = p.engine.is_some() && !p.paused && !p.acquiring && !p.releasing;
+            let idle =
+                p.engine.is_some() && !p.paused && !p.acquiring && !p.releasing && !p.proclaiming;
             if idle && (p.held.is_some() || p.acquires > 0) {
                 moves.push(Move::App(c));
             }
@@ -409,6 +439,9 @@ impl Model {
     fn describe(&self, s: &State, m: Move) -> String {
         match m {
             Move::App(c) => match &s.procs[c].held {
+                Some(h) if self.proclaims(&s.procs[c]) => {
+                    format!("c{c} proclaims (term {})", h.token)
+                }
                 Some(h) => format!("c{c} releases {:?} (token {})", h.kind, h.token),
                 None => format!("c{c} acquires ({:?})", self.kind(c)),
             },
@@ -442,8 +475,17 @@ impl Model {
                 let p = &mut s.procs[c];
                 let op = OpId(p.next_op);
                 p.next_op += 1;
+                let proclaims = self.proclaims(p);
                 // The application stops relying on a hold as it releases it.
                 let cmd = match p.held.take() {
+                    Some(h) if proclaims => {
+                        let value = format!("c{c}:{}", h.token);
+                        s.proclaimed.insert((h.token, value.clone()));
+                        p.proclaiming = true;
+                        let hold = h.id;
+                        p.held = Some(h);
+                        Command::Proclaim { op, hold, value }
+                    }
                     Some(h) => {
                         p.releasing = true;
                         Command::Release { op, hold: h.id }
@@ -509,6 +551,7 @@ impl Model {
                 p.held = None;
                 p.acquiring = false;
                 p.releasing = false;
+                p.proclaiming = false;
                 s.faults += 1;
             }
             Move::ServeOrphan(c) => {
@@ -749,9 +792,10 @@ impl Model {
                         p.held
                     ));
                 }
+                p.proclaimed = false;
                 // Check 2: tokens grow (a semaphore's permits and readers overlap: new ones).
                 let grows = match self.target {
-                    Target::Lock { .. } => fencing_token > s.last_token,
+                    Target::Lock { .. } | Target::Election => fencing_token > s.last_token,
                     _ => fencing_token != s.last_token,
                 };
                 if !grows {
@@ -767,6 +811,30 @@ impl Model {
                     valid_until: self.true_time(c, valid_until),
                     kind: self.kind(c),
                 });
+            }
+            // Check 10: a proclaim's term is its hold's token; an observer reports only what
+            // was proclaimed under that term, and terms that never go back.
+            Event::Proclaimed { hold, term, .. } if p.proclaiming => {
+                p.proclaiming = false;
+                p.proclaimed = true;
+                match &p.held {
+                    Some(h) if h.id == hold && h.token == term => {}
+                    other => return Err(format!("c{c}: proclaimed term {term} holding {other:?}")),
+                }
+            }
+            Event::Failed { .. } if p.proclaiming => p.proclaiming = false,
+            Event::Leader { leader, .. } => {
+                if let Some(l) = &leader {
+                    if !s.proclaimed.contains(&(l.term, l.value.clone())) {
+                        return Err(format!("c{c} observed {l:?}, which was never proclaimed"));
+                    }
+                    if let Some(last) = &p.seen
+                        && !(l.term > last.term || (l.term == last.term && l.value != last.value))
+                    {
+                        return Err(format!("c{c} observed {l:?} after {last:?}"));
+                    }
+                    p.seen = Some(l.clone());
+                }
             }
             Event::NotAcquired { .. } if p.acquiring => p.acquiring = false,
             Event::Failed { .. } if p.acquiring => p.acquiring = false,
@@ -812,7 +880,7 @@ impl Model {
         }
         let writers = valid.iter().filter(|v| v.1 == Kind::Write).count();
         let too_many = match self.target {
-            Target::Lock { .. } => valid.len() > 1,
+            Target::Lock { .. } | Target::Election => valid.len() > 1,
             Target::Semaphore { permits } => valid.len() > permits as usize,
             Target::RwLock => writers > 1 || (writers == 1 && valid.len() > 1),
         };
@@ -825,7 +893,9 @@ impl Model {
     /// Check 9 (one Redis): the server keeps a lock no longer than the lease or the waiter
     /// lease.
     fn check_ttl(&self, s: &mut State, now_ms: u64) -> Result<(), String> {
-        let (Target::Lock { .. }, Server::Redis(store)) = (self.target, &mut s.server) else {
+        let (Target::Lock { .. } | Target::Election, Server::Redis(store)) =
+            (self.target, &mut s.server)
+        else {
             return Ok(());
         };
         let key = match self.backend {
@@ -842,16 +912,26 @@ impl Model {
         Ok(())
     }
 
+    /// The application's next step with its hold is to proclaim (an election's, once).
+    fn proclaims(&self, p: &Proc) -> bool {
+        self.target == Target::Election && !p.proclaimed
+    }
+
     /// Whether a client still has work to do (a hang if no move is left).
     fn busy(s: &State) -> bool {
         s.procs.iter().any(|p| {
-            p.engine.is_some() && (p.acquiring || p.releasing || p.held.is_some() || p.acquires > 0)
+            p.engine.is_some()
+                && (p.acquiring
+                    || p.releasing
+                    || p.proclaiming
+                    || p.held.is_some()
+                    || p.acquires > 0)
         })
     }
 
     fn fingerprint(s: &State) -> u64 {
         let mut h = DefaultHasher::new();
-        (s.now, s.last_token, s.faults, s.ticks).hash(&mut h);
+        (s.now, s.last_token, s.faults, s.ticks, &s.proclaimed).hash(&mut h);
         format!("{:?}{:?}{:?}", s.procs, s.server, s.subscribers).hash(&mut h);
         h.finish()
     }
@@ -966,6 +1046,7 @@ fn models() -> Vec<Model> {
     );
     let (lock, non_fair) = (Target::Lock { fair: true }, Target::Lock { fair: false });
     let (semaphore, rw) = (Target::Semaphore { permits: 1 }, Target::RwLock);
+    let election = Target::Election;
     vec![
         model(redis, lock, 1, 3),
         model(redis, non_fair, 1, 3),
@@ -991,6 +1072,12 @@ fn models() -> Vec<Model> {
         skewed(paused(Backend::ZooKeeper, lock, 2)),
         model(Backend::Redisson, lock, 1, 3),
         paused(Backend::Redisson, lock, 3),
+        model(redis, election, 0, 2),
+        model(redis, election, 1, 1),
+        paused(redis, election, 1),
+        model(postgres, election, 1, 1),
+        model(mysql, election, 1, 1),
+        model(Backend::ZooKeeper, election, 0, 1),
     ]
 }
 
@@ -1005,7 +1092,11 @@ fn model_check() {
     // `DLOCK_MC_ONLY=PostgreSQL`: only the configurations whose name contains it.
     let only = std::env::var("DLOCK_MC_ONLY").unwrap_or_default();
     for mut model in models().into_iter().filter(|m| m.name().contains(&only)) {
-        model.ticks += more_ticks;
+        // An election's observer reads at every tick: one more passes 1.5 million states
+        // unfinished, and the memory of the machine soon after.
+        if model.target != Target::Election {
+            model.ticks += more_ticks;
+        }
         let started = std::time::Instant::now();
         match model.explore(depth, limit) {
             Ok((states, deepest)) => println!(

@@ -29,8 +29,14 @@ fn every_package_has_the_workspace_version() {
         .filter_map(|l| l.split("version = \"").nth(1))
         .map(|v| v.split('"').next().unwrap())
         .collect();
-    assert!(!pinned.is_empty(), "the workspace pins its crates' versions");
-    assert!(pinned.iter().all(|v| *v == VERSION), "Cargo.toml: {pinned:?}");
+    assert!(
+        !pinned.is_empty(),
+        "the workspace pins its crates' versions"
+    );
+    assert!(
+        pinned.iter().all(|v| *v == VERSION),
+        "Cargo.toml: {pinned:?}"
+    );
 
     let package = read("node/package.json");
     assert_eq!(json_versions(&package)[0], VERSION, "node/package.json");
