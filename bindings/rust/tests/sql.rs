@@ -23,6 +23,12 @@ trait Db: Sized {
     fn query(&self, sql: &str) -> String;
     /// The database's "now" in SQL.
     const NOW: &'static str;
+    /// The database's "now" plus `ms` milliseconds, in SQL.
+    fn ms_from_now(ms: u64) -> String;
+    /// Calls the protocol's function `function` (`dlock_<function>_v1`) with `args`, in SQL.
+    fn call(&self, function: &str, args: &str) -> String;
+    /// What the protocol's functions are: `FUNCTION` or `PROCEDURE`.
+    const ROUTINE: &'static str;
     /// `expires_at` as µs on the database's clock, in SQL.
     const EXPIRES_US: &'static str;
     /// Kills the crash-like way and starts again on the same data.
@@ -85,6 +91,13 @@ impl Db for PostgresServer {
     }
     const TAKES_PLAIN: bool = true;
     const NOW: &'static str = "now()";
+    fn ms_from_now(ms: u64) -> String {
+        format!("now() + interval '{ms} milliseconds'")
+    }
+    fn call(&self, function: &str, args: &str) -> String {
+        self.psql(&format!("SELECT dlock_{function}_v1({args})"))
+    }
+    const ROUTINE: &'static str = "FUNCTION";
     const EXPIRES_US: &'static str = "(extract(epoch FROM expires_at) * 1000000)::bigint";
     const TAKES_NUL: bool = false;
     fn bad_urls(&self) -> Vec<String> {
@@ -146,6 +159,13 @@ impl Db for MariadbServer {
     }
     const TAKES_PLAIN: bool = false;
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
+    fn ms_from_now(ms: u64) -> String {
+        format!("UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND", ms * 1000)
+    }
+    fn call(&self, function: &str, args: &str) -> String {
+        self.query(&format!("CALL dlock_{function}_v1({args})"))
+    }
+    const ROUTINE: &'static str = "PROCEDURE";
     const EXPIRES_US: &'static str = "CAST(UNIX_TIMESTAMP(expires_at) * 1000000 AS SIGNED)";
     const TAKES_NUL: bool = true;
     fn bad_urls(&self) -> Vec<String> {
@@ -198,6 +218,72 @@ macro_rules! on_both {
     };
 }
 
+/// Elections (PROTOCOL.md §20): candidates take turns and an observer hears each change —
+/// by NOTIFY on PostgreSQL, by looking again on MariaDB.
+async fn elections_take_turns_and_observers_hear_each<D: Db>() {
+    let db = D::start();
+    common::candidates_take_turns_and_observers_hear_each(&db.url()).await;
+}
+
+/// A leader that dies silently (written by hand: a tenure taken behind dlock's back with term
+/// 7, its value proclaimed, its lease then cut short) is noticed by the database's clock.
+async fn a_silent_leader_death_is_noticed_within_the_lease<D: Db>() {
+    let db = D::start();
+    common::a_silent_death_is_noticed_within_the_lease(&db.url(), |ms| {
+        if db.query("SELECT count(*) FROM dlock_leader WHERE name = 'reports'") == "0" {
+            let term = db.acquire_raw("acquire", "reports", "dead-1", ms, 1);
+            db.query(&format!(
+                "UPDATE dlock_lock SET fence = 7 WHERE name = 'reports' AND fence = {term}"
+            ));
+            db.call("proclaim", "'reports', 'dead-1', 7, 'dead:9'");
+        }
+        let until = D::ms_from_now(ms);
+        db.query(&format!(
+            "UPDATE dlock_lock SET expires_at = {until} WHERE name = 'reports'"
+        ));
+        std::future::ready(())
+    })
+    .await;
+}
+
+/// A database set up by a release before elections (no `dlock_leader`, no election
+/// functions): the next client to connect brings the schema up to date, and leads.
+async fn a_schema_from_before_elections_is_brought_up_to_date<D: Db>() {
+    let db = D::start();
+    drop(connect(&db.url()).await.unwrap());
+    db.query("DROP TABLE dlock_leader");
+    for function in ["proclaim", "resign", "leader"] {
+        db.query(&format!("DROP {} dlock_{function}_v1", D::ROUTINE));
+    }
+    let client = connect(&db.url()).await.unwrap();
+    let lead = client.election("upgraded").campaign("v").await.unwrap();
+    assert_eq!(
+        client.election("upgraded").leader().await.unwrap(),
+        common::leader(lead.term(), "v")
+    );
+    lead.resign().await.unwrap();
+}
+
+/// A leader's value the database cannot store (a NUL on PostgreSQL) is refused before the
+/// campaign takes the lock; MariaDB stores it as bytes.
+async fn a_leader_value_is_stored_or_refused_before_anything_is_sent<D: Db>() {
+    let db = D::start();
+    let client = connect(&db.url()).await.unwrap();
+    let campaign = client.election("e").campaign("a\0b").await;
+    if D::TAKES_NUL {
+        let lead = campaign.unwrap();
+        let seen = client.election("e").leader().await.unwrap();
+        assert_eq!(seen, common::leader(lead.term(), "a\0b"));
+        lead.resign().await.unwrap();
+    } else {
+        assert!(
+            matches!(&campaign, Err(Error::Engine(dlock_core::Error::InvalidArgument(m))) if m.contains("NUL")),
+            "{campaign:?}"
+        );
+        assert!(client.status("e").await.unwrap().owner.is_none());
+    }
+}
+
 on_both!(
     mutual_exclusion_and_increasing_tokens_across_clients,
     multi_locks_are_all_or_none_and_never_deadlock,
@@ -217,6 +303,10 @@ on_both!(
     bad_names_and_urls_are_refused_with_a_typed_error,
     tls_verifies_the_server,
     a_fenced_update_refuses_a_stale_holder,
+    elections_take_turns_and_observers_hear_each,
+    a_silent_leader_death_is_noticed_within_the_lease,
+    a_schema_from_before_elections_is_brought_up_to_date,
+    a_leader_value_is_stored_or_refused_before_anything_is_sent,
 );
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {

@@ -6,7 +6,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use dlock::{Client, Error};
+use std::time::Duration;
+
+use dlock::{Client, Error, Leader};
+use futures_util::StreamExt;
 
 /// A client builder running the engine natively, or from dlock.wasm under `DLOCK_TEST_ENGINE=wasm`.
 pub(crate) fn builder(url: &str) -> dlock::ClientBuilder {
@@ -228,7 +231,6 @@ pub(crate) async fn multi_contend(url: &str, clients: usize, tasks: usize, round
 /// nothing afterwards, and an acquired one holds every name until released. Bad sets are
 /// refused before anything is sent.
 pub(crate) async fn multi_all_or_none(url: &str) {
-    use std::time::Duration;
     let (a, b) = (connect(url).await.unwrap(), connect(url).await.unwrap());
     let names = ["set/3", "set/1", "set/2", "set/1"];
     // What an abandoned multi-lock took is given back in the background: soon, not at once.
@@ -520,4 +522,108 @@ pub(crate) async fn rw_rules(url: &str) {
             .is_none()
     );
     read.release().await.unwrap();
+}
+
+/// The next change an observer reports, within 60 s.
+pub(crate) async fn next(observer: &mut dlock::Observer) -> Option<Leader> {
+    tokio::time::timeout(Duration::from_secs(60), observer.next())
+        .await
+        .expect("an observer heard nothing for 60 s")
+        .expect("the observer ended")
+        .expect("the observer failed")
+}
+
+pub(crate) fn leader(term: u64, value: &str) -> Option<Leader> {
+    Some(Leader {
+        term,
+        value: value.to_owned(),
+    })
+}
+
+/// Two candidates on two clients, one observer on a third: the first leads, the second waits
+/// and leads when the first resigns, with a larger term; a new value is heard in the same
+/// term; the last resignation leaves the election free.
+pub(crate) async fn candidates_take_turns_and_observers_hear_each(url: &str) {
+    let (a, b, watcher) = (
+        connect(url).await.unwrap(),
+        connect(url).await.unwrap(),
+        connect(url).await.unwrap(),
+    );
+    let mut observer = watcher.election("scheduler").observe().unwrap();
+    assert_eq!(next(&mut observer).await, None, "nobody leads yet");
+
+    let first = a.election("scheduler").campaign("a:1").await.unwrap();
+    assert_eq!(next(&mut observer).await, leader(first.term(), "a:1"));
+    assert_eq!(
+        b.election("scheduler").leader().await.unwrap(),
+        leader(first.term(), "a:1")
+    );
+
+    let election = b.election("scheduler");
+    let second = tokio::spawn(async move { election.campaign("b:2").await });
+    eventually("b queues", || async {
+        waiters(&watcher, "scheduler").await == 1
+    })
+    .await;
+
+    first.proclaim("a:1 (draining)").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        leader(first.term(), "a:1 (draining)")
+    );
+
+    let first_term = first.term();
+    first.resign().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert!(second.term() > first_term, "terms grow");
+    // A hand-off may show the free interval first; the new leader comes next either way.
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(seen, leader(second.term(), "b:2"));
+
+    second.resign().await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        None,
+        "free after the last resigns"
+    );
+    assert_eq!(a.election("scheduler").leader().await.unwrap(), None);
+}
+
+/// A leader whose process died: its lease runs out without a message. The observer notices
+/// within the lease, and a waiting candidate takes over with a larger term. The dead leader
+/// of election `reports` is written into the server by `write_dead_leader(lease_ms)`, as
+/// PROCLAIM leaves it (term 7, value `dead:9`).
+pub(crate) async fn a_silent_death_is_noticed_within_the_lease<F, W>(
+    url: &str,
+    write_dead_leader: W,
+) where
+    W: Fn(u64) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let watcher = connect(url).await.unwrap();
+    let candidate = connect(url).await.unwrap();
+    // Written with a long lease first: the observer sees it however slow the machine is.
+    write_dead_leader(600_000).await;
+
+    let mut observer = watcher.election("reports").observe().unwrap();
+    assert_eq!(next(&mut observer).await, leader(7, "dead:9"));
+    let election = candidate.election("reports").lease(Duration::from_secs(5));
+    let campaign = tokio::spawn(async move { election.campaign("alive:1").await });
+    eventually("the candidate queues", || async {
+        waiters(&watcher, "reports").await == 1
+    })
+    .await;
+    // Its process dies: nothing more from it, and its lease runs out in 1 s.
+    write_dead_leader(1_000).await;
+    let leadership = campaign.await.unwrap().unwrap();
+    assert!(leadership.term() > 7);
+    let mut seen = next(&mut observer).await;
+    if seen.is_none() {
+        seen = next(&mut observer).await;
+    }
+    assert_eq!(seen, leader(leadership.term(), "alive:1"));
+    leadership.resign().await.unwrap();
 }
