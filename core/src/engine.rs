@@ -26,6 +26,16 @@ impl Protocol {
         }))
     }
 
+    /// Checks a lock name before anything is sent: its length, and that the server can store
+    /// it (PostgreSQL's text holds no NUL character).
+    pub fn check_name(&self, name: &str) -> Result<(), Error> {
+        crate::check_name(name)?;
+        match self {
+            Protocol::Sql(settings) => sql::check_name(settings.dialect, name),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks a leader's value before anything is sent: its length, and that the server can
     /// store it (PostgreSQL's text holds no NUL character).
     pub fn check_value(&self, value: &str) -> Result<(), Error> {
@@ -39,17 +49,14 @@ impl Protocol {
     /// The read-only requests that show who holds lock `name` and who waits: one, or one per
     /// node on Redlock. Answer each with [`Protocol::parse_status`]. Checks the name first.
     pub fn status_requests(&self, name: &str) -> Result<Vec<Op>, Error> {
-        crate::check_name(name)?;
+        self.check_name(name)?;
         Ok(match self {
             Protocol::Redis => vec![Op::Redis(redis::status(&redis::LockKeys::new(name)))],
             Protocol::Redisson => vec![Op::Redis(redisson::status(&redisson::Keys::new(name)))],
             Protocol::ZooKeeper(zk) => vec![Op::Zk(zk::ZkOp::Children {
                 path: zk::lock_dir(&zk.root, name),
             })],
-            Protocol::Sql(settings) => {
-                sql::check_name(settings.dialect, name)?;
-                vec![Op::Sql(settings.status(name))]
-            }
+            Protocol::Sql(settings) => vec![Op::Sql(settings.status(name))],
             Protocol::Redlock { nodes } => {
                 let op = redis::status(&redis::LockKeys::new(name));
                 (0..*nodes)

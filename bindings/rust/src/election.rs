@@ -83,7 +83,7 @@ impl Election {
     /// messages, and read again when a leader's lease would run out, so a leader that dies
     /// silently is noticed within its lease. Dropping the stream stops observing.
     pub fn observe(&self) -> Result<Observer, Error> {
-        dlock_core::check_name(&self.name)?;
+        self.client.protocol().check_name(&self.name)?;
         self.client.protocol().check_elections()?;
         let op = OpId(self.client.next_id());
         let (tx, rx) = mpsc::unbounded_channel();

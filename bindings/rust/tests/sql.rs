@@ -264,8 +264,9 @@ async fn a_schema_from_before_elections_is_brought_up_to_date<D: Db>() {
     lead.resign().await.unwrap();
 }
 
-/// A leader's value the database cannot store (a NUL on PostgreSQL) is refused before the
-/// campaign takes the lock; MariaDB stores it as bytes.
+/// A leader's value or an election's name the database cannot store (a NUL on PostgreSQL) is
+/// refused before the campaign takes the lock, or an observer reads; MariaDB stores them as
+/// bytes.
 async fn a_leader_value_is_stored_or_refused_before_anything_is_sent<D: Db>() {
     let db = D::start();
     let client = connect(&db.url()).await.unwrap();
@@ -281,6 +282,16 @@ async fn a_leader_value_is_stored_or_refused_before_anything_is_sent<D: Db>() {
             "{campaign:?}"
         );
         assert!(client.status("e").await.unwrap().owner.is_none());
+    }
+    let observed = client.election("a\0b").observe();
+    if D::TAKES_NUL {
+        assert_eq!(observed.unwrap().changed().await.unwrap(), None);
+    } else {
+        assert!(
+            matches!(&observed, Err(Error::Engine(dlock_core::Error::InvalidArgument(m))) if m.contains("NUL")),
+            "{:?}",
+            observed.err()
+        );
     }
 }
 

@@ -53,8 +53,8 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
     /// A reply as the script gives it, or the response back if it is another protocol's.
     fn reply(response: Response) -> Result<Value, Response>;
 
-    /// Refuses what the server cannot store (after the lifecycle's checks).
-    fn refuse(&self, _a: &Acquire) -> Result<(), Error> {
+    /// Refuses a lock name the server cannot store (after the engine's checks).
+    fn refuse_name(&self, _name: &str) -> Result<(), Error> {
         Ok(())
     }
 
@@ -706,7 +706,7 @@ impl<W: Wire> Backend for Redis<W> {
                 "read-write locks are always fair (readers and writers are served in order)".into(),
             ));
         }
-        self.wire.refuse(a)
+        self.wire.refuse_name(&a.name)
     }
 
     fn tenure(&self, life: &Life<W>, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::redis::machine::{LeaderNews, Wire};
 use crate::redis::{RedisOp, Script, Value};
 use crate::status::LockStatus;
-use crate::types::{Acquire, Op, Primitive, Response};
+use crate::types::{Op, Primitive, Response};
 pub mod reference;
 
 use core::fmt;
@@ -268,8 +268,8 @@ impl Wire for SqlSettings {
         (!self.dialect.pushes()).then_some(self.poll_interval)
     }
 
-    fn refuse(&self, a: &Acquire) -> Result<(), Error> {
-        check_name(self.dialect, &a.name)
+    fn refuse_name(&self, name: &str) -> Result<(), Error> {
+        check_name(self.dialect, name)
     }
 
     const ELECTS: bool = true;

@@ -103,6 +103,7 @@ impl<W: Wire> Redis<W> {
         op: OpId,
         name: String,
     ) -> Result<(), Error> {
+        self.wire.refuse_name(&name)?;
         let channel = self.wire.leader_channel(&name);
         // Without a push channel, observers only read (and read again).
         let subscribed = match self.wire.pushes() {
