@@ -21,7 +21,7 @@ use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Store, StoreLimits, StoreLimitsBuilder};
 
 mod bindings {
-    wasmtime::component::bindgen!({ world: "machine", path: "../../wit" });
+    wasmtime::component::bindgen!({ world: "machine", path: "wit" });
 }
 
 use bindings::exports::dlock::lock as wit;
