@@ -34,6 +34,8 @@ test: setup
     # The simulation and the model checker run below, in release builds.
     cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation --skip model_check
     DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
+    just dist
+    just dist-check
     just python-test
     just node-test
     just interop
@@ -57,42 +59,40 @@ test-under-load:
     echo "test-under-load: exit $status after $(( $(date +%s) - start )) s with two CPU hogs"
     exit "$status"
 
-# Build the Python wheel, install it into target/venv, and run pytest against the installed wheel.
-python-test:
+# Install the x86_64 wheel of dist/ (built by `just dist`, as users get it) into target/venv,
+# and run pytest against the installed package.
+python-test: (dist "python" "--target" "x86_64-unknown-linux-gnu")
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest mypy redis "psycopg[binary]" pymysql kazoo
-    rm -rf target/wheels
-    $venv/bin/maturin build --quiet -m python/Cargo.toml -o target/wheels
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/dlock-*.whl
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest mypy redis "psycopg[binary]" pymysql kazoo
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps dist/python/dlock-*-manylinux2014_x86_64.*.whl
     status=0
     $venv/bin/python -m pytest -q python/tests || status=$?
     if [ "$status" = 5 ]; then echo "pytest collected no tests: python/tests is broken"; fi
     exit "$status"
 
-# Build the Node addon, pack the npm tarball, install it into a fresh project, run node --test there.
-node-test:
+# Install the npm packages of dist/ (dlock and dlock-linux-x64-gnu, as users get them) into a
+# fresh project, and run node --test there.
+node-test: (dist "node" "--target" "x86_64-unknown-linux-gnu")
     #!/usr/bin/env bash
     set -euo pipefail
-    cd node
-    npm ci --no-audit --no-fund --loglevel=error
-    npx napi build --platform --js binding.js --dts binding.d.ts
-    rm -f dlock-*.tgz
-    tarball="$PWD/$(npm pack --silent)"
+    version=$(node -p "require('./node/package.json').version")
+    packages=("$PWD/dist/node/dlock-$version.tgz" "$PWD/dist/node/dlock-linux-x64-gnu-$version.tgz")
     project="$(mktemp -d)/project"
     mkdir -p "$project"
-    cp -r test "$project/"
-    cp ../README.md "$project/"
+    cp -r node/test "$project/"
+    cp README.md "$project/"
     cd "$project"
     npm init -y >/dev/null
-    npm install --no-audit --no-fund --loglevel=error "$tarball" typescript@5.9.3 @types/node@20 ioredis@5.8.2 pg@8.23.1 mysql2@3.24.6
+    npm install --no-audit --no-fund --loglevel=error "${packages[@]}" typescript@5.9.3 @types/node@20 ioredis@5.8.2 pg@8.23.1 mysql2@3.24.6
     DLOCK_VECTORS="{{justfile_directory()}}/tests/vectors" node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
 
 # Live mixed-language contention on Redis, then ZooKeeper: Rust, Rust+Wasm, Python and Node
-# workers share one lock (needs the wheel and the addon that python-test and node-test build);
+# workers share one lock (needs the wheel python-test installs and the addon `just dist node`
+# builds into node/);
 # then Java workers on Curator share a lock and a read-write lock with them on ZooKeeper (the
 # JVM worker is built here, with Maven).
 interop:
@@ -120,6 +120,16 @@ vectors:
 wasm:
     cargo build --quiet -p dlock-component --target wasm32-unknown-unknown --profile wasm-release
     cargo run --quiet -p dlock-componentize -- target/wasm32-unknown-unknown/wasm-release/dlock_component.wasm target/dlock.wasm
+
+# The release artefacts in dist/: wheels, sdist, npm packages, crates, dlock.wasm, SHA256SUMS
+# (scripts/dist). `just dist python --target x86_64-unknown-linux-gnu` builds only those.
+dist *args: wasm
+    scripts/dist {{args}}
+
+# The artefacts of dist/ installed and run as a user would, with no Rust toolchain on PATH
+# (scripts/dist-check).
+dist-check:
+    scripts/dist-check
 
 # Install the toolchain pieces and services the tests need.
 setup:

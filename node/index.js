@@ -4,7 +4,64 @@
 // Python package and the Wasm component run), loaded from the native addon.
 
 const { inspect } = require('node:util')
-const native = require('./binding.js')
+const native = loadAddon()
+
+/**
+ * The addon, through napi-rs's loader (binding.js): dlock.<platform>.node beside this file, or
+ * else the platform's package (dlock-linux-x64-gnu, …), which npm installs as an optional
+ * dependency where os, cpu and libc match. When neither loads, the error names the package
+ * this platform needs and how to get it, instead of the loader's chain of failures.
+ */
+function loadAddon() {
+  try {
+    return require('./binding.js')
+  } catch (err) {
+    throw addonError()
+  }
+}
+
+function addonError() {
+  const { version, optionalDependencies } = require('./package.json')
+  const abi =
+    process.platform === 'win32'
+      ? '-msvc'
+      : process.platform !== 'linux'
+        ? ''
+        : process.report.getReport().header.glibcVersionRuntime
+          ? '-gnu'
+          : '-musl'
+  const platform = `${process.platform}-${process.arch}${abi}`
+  const wanted = `dlock-${platform}`
+  let message
+  let code = 'MODULE_NOT_FOUND'
+  if (!optionalDependencies) {
+    message = `dlock: no native addon dlock.${platform}.node in ${__dirname} (\`just dist node\` builds it)`
+  } else if (!(wanted in optionalDependencies)) {
+    const shipped = Object.keys(optionalDependencies).map((name) => name.slice('dlock-'.length))
+    message = `dlock ${version} has no native addon for ${platform}; it ships for ${shipped.join(', ')}`
+  } else {
+    try {
+      const installed = require(`${wanted}/package.json`).version
+      require(wanted)
+      message = `dlock ${version}: the native addon ${wanted} ${installed} loads, but the loader refused it`
+    } catch (err) {
+      if (err.code === 'MODULE_NOT_FOUND') {
+        message =
+          `dlock: the native addon for ${platform} is the package ${wanted}, which is not installed. ` +
+          'npm installs it with dlock as an optional dependency, and leaves it out when optional ' +
+          'dependencies are omitted (--omit=optional) or a lock file made on another platform is ' +
+          `reused. Install it: npm install ${wanted}@${version}`
+      } else {
+        code = 'ERR_DLOPEN_FAILED'
+        message = `dlock: the native addon ${wanted} is installed but does not load: ${String(err.message).split('\n')[0]}`
+      }
+    }
+  }
+  const err = new Error(message)
+  err.code = code
+  err.stack = `Error: ${message}` // the message is the whole story: no frames of the loader
+  return err
+}
 
 const { DEFAULT_LEASE_MS } = native
 /** Every reason a held lock may be lost (`held.lostReason`). */

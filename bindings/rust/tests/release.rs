@@ -1,7 +1,7 @@
 //! One version for every package (`scripts/set-version` sets it): the workspace's, which the
 //! crates inherit and Python's wheel takes (maturin reads it: `dynamic = ["version"]`), and
-//! the copies that cannot inherit it — the workspace's dependencies on its own crates and the
-//! npm package — agree with it; CHANGELOG.md has its section.
+//! the copies that cannot inherit it — the workspace's dependencies on its own crates, the
+//! npm package and its platform packages — agree with it; CHANGELOG.md has its section.
 
 use std::path::Path;
 
@@ -46,6 +46,16 @@ fn every_package_has_the_workspace_version() {
         [VERSION, VERSION],
         "node/package-lock.json"
     );
+
+    let platforms = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../node/npm"))
+        .expect("node/npm: the platform packages")
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect::<Vec<_>>();
+    assert!(!platforms.is_empty(), "node/npm has no platform package");
+    for platform in platforms {
+        let path = format!("node/npm/{platform}/package.json");
+        assert_eq!(json_versions(&read(&path))[0], VERSION, "{path}");
+    }
 
     let pyproject = read("python/pyproject.toml");
     assert!(
