@@ -194,10 +194,10 @@ bench seconds="3" cycles="2000" only="" backends="redis,zk,postgres,mariadb":
     set -euo pipefail
     venv=target/bench-venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check maturin pytest redis python-redis-lock pottery kazoo matplotlib
-    $venv/bin/maturin build --quiet --release -m python/Cargo.toml -o target/wheels-release
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels-release/dlock-*.whl
-    (cd node && npm ci --no-audit --no-fund --loglevel=error && npx napi build --platform --release --js binding.js --dts binding.d.ts)
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest redis python-redis-lock pottery kazoo matplotlib
+    # What users install: the wheel and the addon of `just dist` (the addon also lands in node/).
+    just dist python node --target x86_64-unknown-linux-gnu
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps dist/python/dlock-*-manylinux2014_x86_64.*.whl
     (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
     just wasm
     cargo build --release --quiet -p dlock-bench --bin worker
