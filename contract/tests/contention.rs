@@ -261,8 +261,13 @@ fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode)
     for t in &tenures {
         *per_runtime.entry(t.runtime).or_insert(0) += 1;
     }
+    // Every runtime takes part. With FIFO hand-off each gets about its share, and at least a
+    // tenth is asked; in Redisson's layout a release wakes every waiter and the first to retry
+    // wins (Redisson's lock is not fair), so shares follow each worker's speed — optimised
+    // Python and Node workers beside a debug-built Rust one — and only a hundredth is asked.
+    let least = if url.contains("compat=redisson") { 100 } else { 10 };
     for (runtime, n) in &per_runtime {
-        assert!(n * 10 >= total, "{runtime} acquired only {n} of {total}");
+        assert!(n * least >= total, "{runtime} acquired only {n} of {total}");
     }
     if mode == Mode::Sem {
         assert_eq!(total, target * WORKERS * runtimes.len());
