@@ -66,7 +66,7 @@ python-test: (dist "python" "--target" "x86_64-unknown-linux-gnu")
     set -euo pipefail
     venv=target/venv
     [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest mypy redis "psycopg[binary]" pymysql kazoo
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest mypy redis "psycopg[binary]" pymysql kazoo prometheus_client
     $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps dist/python/dlock-*-manylinux2014_x86_64.*.whl
     status=0
     $venv/bin/python -m pytest -q python/tests || status=$?
@@ -86,7 +86,7 @@ node-test: (dist "node" "--target" "x86_64-unknown-linux-gnu")
     cp README.md "$project/"
     cd "$project"
     npm init -y >/dev/null
-    npm install --no-audit --no-fund --loglevel=error "${packages[@]}" typescript@5.9.3 @types/node@20 ioredis@5.8.2 pg@8.23.1 mysql2@3.24.6
+    npm install --no-audit --no-fund --loglevel=error "${packages[@]}" typescript@5.9.3 @types/node@20 ioredis@5.8.2 pg@8.23.1 mysql2@3.24.6 prom-client@15.1.3
     DLOCK_VECTORS="{{justfile_directory()}}/tests/vectors" node --test test/*.test.mjs
     rm -rf "$(dirname "$project")"
 

@@ -99,6 +99,60 @@ export declare function fencedUpdate(
   options?: { fenceColumn?: string },
 ): Promise<boolean>
 
+/** A distribution of durations in seconds; `buckets` are cumulative, as Prometheus keeps them: `[["0.001", n], …, ["+Inf", count]]`. */
+export interface Histogram {
+  count: number
+  sumSeconds: number
+  maxSeconds: number
+  buckets: [string, number][]
+}
+
+/** What a client counted about one lock name and kind; names past the first 1,024 are counted together under `""`. */
+export interface LockStats {
+  name: string
+  kind: 'lock' | 'semaphore' | 'read' | 'write'
+  /** A semaphore's number of permits. */
+  permits?: number
+  /** New holds granted (reentries apart). */
+  acquired: number
+  /** Of those, the holds that waited for another holder first. */
+  handedOff: number
+  reentered: number
+  /** Holds released by their owner (the last level). */
+  released: number
+  /** Try-acquires that found the lock held. */
+  busy: number
+  timedOut: number
+  cancelled: number
+  /** Acquires that ended with an error. */
+  failed: number
+  /** Holds renewed by the watchdog, one per hold per renewal sent. */
+  renewals: number
+  renewalsFailed: number
+  /** Holds lost, per reason (`LOST_REASONS`). */
+  lost: Record<string, number>
+  /** Holds now. */
+  held: number
+  /** Acquires waiting now. */
+  waiting: number
+  /** From an acquire's start to its grant. */
+  wait: Histogram
+  /** From a grant to its release or loss. */
+  hold: Histogram
+}
+
+/** The part of a prom-client `Registry` that `registerMetrics` uses. */
+export interface MetricsRegistry {
+  registerMetric(metric: unknown): void
+}
+
+/**
+ * Exports `client`'s lock statistics to a prom-client registry (prom-client is not a dependency
+ * of dlock): counters `dlock_*_total`, gauges `dlock_held` and `dlock_waiting`, histograms
+ * `dlock_wait_seconds` and `dlock_hold_seconds`, labelled `name` and `kind`.
+ */
+export declare function registerMetrics(client: Client, registry: MetricsRegistry): void
+
 export declare class Client {
   private constructor()
   lock(name: string, options?: LockOptions): Lock
@@ -119,6 +173,8 @@ export declare class Client {
    */
   election(name: string, options?: ElectionOptions): Election
   status(name: string): Promise<LockStatus>
+  /** What this client counted about its locks, per name and kind. */
+  stats(): Promise<LockStats[]>
   /**
    * Fencing at the resource: stores `value` in the Redis hash `resource` only if `token` is at
    * least the highest token stored there before; false (nothing changed) for a stale holder.
@@ -252,6 +308,8 @@ export declare class Engine {
   pollTimeout(): number | null
   /** A held lock's snapshot, null if `hold` is not held. */
   hold(hold: number): EngineJson | null
+  /** What the engine counted, per lock name and kind (as `Client.stats`). */
+  stats(): LockStats[]
   /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */
   static scriptSource(name: string): string
 }

@@ -230,6 +230,16 @@ class Client {
     return result
   }
 
+  /**
+   * What this client counted about its locks, one object per lock name and kind: acquisitions,
+   * hand-offs, wait and hold times (seconds), renewals, losses by reason, and the holds and
+   * waiters of now. The engine counts them from its own clock, the same way in every language;
+   * `registerMetrics` exports them to prom-client.
+   */
+  async stats() {
+    return lockStats(await call(this.#native.stats()))
+  }
+
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
     const s = await call(this.#native.status(name))
@@ -613,9 +623,94 @@ class Engine {
     return h == null ? null : JSON.parse(h)
   }
 
+  /** What the engine counted, per lock name and kind (as `Client.stats`). */
+  stats() {
+    return lockStats(this.#native.stats())
+  }
+
   /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */
   static scriptSource(name) {
     return sync(() => native.NativeEngine.scriptSource(name))
+  }
+}
+
+/** The addon's JSON of `dlock::json::stats_to_json`, with camelCase keys (`handedOff`). */
+function lockStats(json) {
+  const camel = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
+  const histogram = ({ count, sum_seconds, max_seconds, buckets }) => ({
+    count,
+    sumSeconds: sum_seconds,
+    maxSeconds: max_seconds,
+    buckets,
+  })
+  return JSON.parse(json).locks.map((s) => {
+    const out = {}
+    for (const [key, value] of Object.entries(s)) out[camel(key)] = value
+    return { ...out, wait: histogram(s.wait), hold: histogram(s.hold) }
+  })
+}
+
+/** [field, metric name, help] of every counter `registerMetrics` exports. */
+const COUNTERS = [
+  ['acquired', 'dlock_acquired_total', 'New holds granted (reentries apart).'],
+  ['handedOff', 'dlock_handed_off_total', 'Holds granted after waiting for another holder.'],
+  ['reentered', 'dlock_reentered_total', 'Reentries of a hold by its owner.'],
+  ['released', 'dlock_released_total', 'Holds released by their owner.'],
+  ['busy', 'dlock_busy_total', 'Try-acquires that found the lock held.'],
+  ['timedOut', 'dlock_timed_out_total', 'Acquires whose wait ran out.'],
+  ['cancelled', 'dlock_cancelled_total', 'Acquires cancelled while they waited.'],
+  ['failed', 'dlock_failed_total', 'Acquires that ended with an error.'],
+  ['renewals', 'dlock_renewals_total', 'Holds renewed by the watchdog, one per hold per renewal sent.'],
+  ['renewalsFailed', 'dlock_renewals_failed_total', 'Renewals with no answer that tells (tried again soon).'],
+]
+
+/**
+ * Exports `client`'s lock statistics to a prom-client `registry` (prom-client is not a
+ * dependency of dlock: pass your own `register` or `new Registry()`). Each scrape reads one
+ * snapshot (`client.stats()`). The metrics are Python's `dlock.prometheus`: counters
+ * `dlock_*_total` and `dlock_lost_total{reason}`, gauges `dlock_held` and `dlock_waiting`,
+ * histograms `dlock_wait_seconds` and `dlock_hold_seconds`, all labelled `name` and `kind`.
+ */
+function registerMetrics(client, registry) {
+  if (registry == null || typeof registry.registerMetric !== 'function') {
+    throw invalid('registry must be a prom-client Registry (its register, or new Registry())')
+  }
+  // One snapshot serves every metric of a scrape: prom-client asks them all at once.
+  let snapshot = null
+  const stats = () => {
+    snapshot ??= client.stats().finally(() => setImmediate(() => { snapshot = null }))
+    return snapshot
+  }
+  const labels = (s) => ({ name: s.name, kind: s.kind })
+  const metric = (name, help, type, values) => {
+    const m = {
+      name,
+      help,
+      type,
+      aggregator: 'sum',
+      async get() {
+        return { name, help, type, aggregator: 'sum', values: values(await stats()) }
+      },
+    }
+    registry.registerMetric(m)
+  }
+  for (const [field, name, help] of COUNTERS) {
+    metric(name, help, 'counter', (locks) => locks.map((s) => ({ labels: labels(s), value: s[field] })))
+  }
+  metric('dlock_lost_total', 'Holds lost, by reason.', 'counter', (locks) =>
+    locks.flatMap((s) => Object.entries(s.lost).map(([reason, value]) => ({ labels: { ...labels(s), reason }, value }))))
+  metric('dlock_held', 'Holds now.', 'gauge', (locks) => locks.map((s) => ({ labels: labels(s), value: s.held })))
+  metric('dlock_waiting', 'Acquires waiting now.', 'gauge', (locks) => locks.map((s) => ({ labels: labels(s), value: s.waiting })))
+  for (const [field, help] of [['wait', "From an acquire's start to its grant."], ['hold', 'From a grant to its release or loss.']]) {
+    const name = `dlock_${field}_seconds`
+    metric(name, help, 'histogram', (locks) => locks.flatMap((s) => {
+      const h = s[field]
+      return [
+        ...h.buckets.map(([le, value]) => ({ metricName: `${name}_bucket`, labels: { ...labels(s), le }, value })),
+        { metricName: `${name}_sum`, labels: labels(s), value: h.sumSeconds },
+        { metricName: `${name}_count`, labels: labels(s), value: h.count },
+      ]
+    }))
   }
 }
 
@@ -651,4 +746,4 @@ async function fencedUpdate(db, table, key, values, token, options = {}) {
   return affected > 0
 }
 
-module.exports = { connect, fencedUpdate, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Election, Leadership, Observer, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }
+module.exports = { connect, fencedUpdate, registerMetrics, Client, Acquirable, Lock, MultiLock, RwLock, Semaphore, Held, Election, Leadership, Observer, Engine, DEFAULT_LEASE_MS, LOST_REASONS, ERROR_CODES }

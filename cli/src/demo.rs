@@ -58,9 +58,11 @@ pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Resu
     let started = Instant::now();
     let deadline = started + length;
     let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for _ in 0..workers {
         // One client per worker, as if each were its own process.
         let client = Client::connect(backend).await?;
+        clients.push(client.clone());
         let shared = shared.clone();
         tasks.push(tokio::spawn(async move {
             worker(client, shared, deadline).await
@@ -83,6 +85,11 @@ pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Resu
     let mut per_worker = Vec::new();
     for task in tasks {
         per_worker.push(task.await.map_err(|_| Error::Closed)??);
+    }
+
+    let mut stats = Vec::new();
+    for client in &clients {
+        stats.push(client.stats().await?);
     }
 
     let total: u64 = per_worker.iter().sum();
@@ -123,6 +130,12 @@ pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Resu
         "  stale writes refused by the counter: {}",
         counter.stale_writes
     );
+    println!("\nstats (what each worker's engine counted; `Client::stats`)");
+    for (i, stats) in stats.iter().enumerate() {
+        for s in &stats.locks {
+            println!("  worker {i}: {}", stats_line(s));
+        }
+    }
     Ok(if ok { 0 } else { 1 })
 }
 
@@ -150,6 +163,22 @@ async fn worker(client: Client, shared: Arc<Shared>, deadline: Instant) -> Resul
         guard.release().await?;
     }
     Ok(count)
+}
+
+/// One lock's counts: acquisitions, hand-offs, waits and holds (mean and max), losses.
+fn stats_line(s: &dlock::LockStats) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mean = |h: &dlock::Histogram| ms(h.sum) / h.count.max(1) as f64;
+    let lost: u64 = s.lost.iter().sum();
+    format!(
+        "{} acquired, {} handed off, wait mean {:.3} ms max {:.3} ms, hold mean {:.3} ms, {} renewals, {lost} lost",
+        s.acquired,
+        s.handed_off,
+        mean(&s.wait),
+        ms(s.wait.max),
+        mean(&s.hold),
+        s.renewals,
+    )
 }
 
 fn percentile(samples: &[Duration], q: f64) -> Duration {

@@ -145,6 +145,13 @@ enum Cmd {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Keep watching: one line per look (holder, token, lease left, waiters), every
+        /// `--interval`, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Time between looks with --watch: seconds, or a duration like 250ms.
+        #[arg(long, default_value = "1", value_parser = seconds, requires = "watch")]
+        interval: Duration,
     },
     /// Print the SQL backend's tables and functions (the DDL a client runs when it finds them
     /// missing), for teams that apply schema changes through their own migrations.
@@ -267,7 +274,16 @@ async fn main() -> ExitCode {
             backend,
             name,
             json,
+            watch: false,
+            ..
         } => status(&backend.backend, &name, json).await,
+        Cmd::Status {
+            backend,
+            name,
+            json,
+            interval,
+            ..
+        } => watch_status(&backend.backend, &name, json, interval).await,
         Cmd::Demo {
             backend,
             workers,
@@ -614,6 +630,59 @@ async fn status(backend: &str, name: &str, json: bool) -> Result<u8, Error> {
         }
     }
     Ok(0)
+}
+
+/// `status --watch`: one line per look, every `interval`, until interrupted. A look that fails
+/// (the server restarting, say) prints the error and the watch goes on.
+async fn watch_status(
+    backend: &str,
+    name: &str,
+    json: bool,
+    interval: Duration,
+) -> Result<u8, Error> {
+    let client = Client::connect(backend).await?;
+    let started = std::time::Instant::now();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One listener for the whole watch, so that an interrupt during a look is not missed.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let look = async {
+            ticker.tick().await;
+            let at = started.elapsed().as_secs_f64();
+            match client.status(name).await {
+                Ok(s) if json => format!("{{\"at_s\":{at:.3},{}}}", status_json(&s)),
+                Ok(s) => watch_line(at, &s),
+                Err(e) if json => {
+                    format!(
+                        "{{\"at_s\":{at:.3},\"error\":{}}}",
+                        json_string(&e.to_string())
+                    )
+                }
+                Err(e) => format!("{at:>8.1} s  unavailable: {e}"),
+            }
+        };
+        tokio::select! {
+            line = look => println!("{line}"),
+            _ = &mut interrupted => return Ok(0),
+        }
+    }
+}
+
+/// One line of `status --watch`.
+fn watch_line(at: f64, s: &dlock::LockStatus) -> String {
+    let holder = match &s.owner {
+        Some(owner) => format!(
+            "held by {owner} (count {}) token {}",
+            s.count, s.fencing_token
+        ),
+        None => format!("free (latest token {})", s.latest_token),
+    };
+    let ttl = s.ttl.map_or(String::new(), |t| {
+        format!("  lease {:.1} s left", t.as_secs_f64())
+    });
+    format!("{at:>8.1} s  {holder}{ttl}  waiters {}", s.waiters.len())
 }
 
 /// A status as JSON fields (without braces): owner, count, tokens, lease left, waiters.

@@ -1016,3 +1016,43 @@ fn elect_runs_the_command_and_resigns_with_its_exit_code() {
         "{refused:?}"
     );
 }
+
+#[test]
+fn status_watch_prints_a_line_per_look_until_interrupted() {
+    use std::io::{BufRead, BufReader};
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut watch = dlock()
+        .args([
+            "status",
+            "--backend",
+            &url,
+            "job",
+            "--watch",
+            "--interval",
+            "50ms",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().expect("a line").expect("utf-8");
+    assert!(next().contains("free (latest token 0)  waiters 0"));
+    let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();
+    // Each look prints a line; the holder shows once its acquire is through.
+    let held = std::iter::repeat_with(&mut next)
+        .find(|l| l.contains("held by"))
+        .unwrap();
+    assert!(
+        held.contains("(count 1) token ") && held.contains("lease "),
+        "{held}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(watch.wait().unwrap().success(), "interrupted, it exits 0");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}

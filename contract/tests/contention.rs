@@ -265,7 +265,11 @@ fn contend_with(url: &str, target: usize, runtimes: &[&'static str], mode: Mode)
     // tenth is asked; in Redisson's layout a release wakes every waiter and the first to retry
     // wins (Redisson's lock is not fair), so shares follow each worker's speed — optimised
     // Python and Node workers beside a debug-built Rust one — and only a hundredth is asked.
-    let least = if url.contains("compat=redisson") { 100 } else { 10 };
+    let least = if url.contains("compat=redisson") {
+        100
+    } else {
+        10
+    };
     for (runtime, n) in &per_runtime {
         assert!(n * least >= total, "{runtime} acquired only {n} of {total}");
     }

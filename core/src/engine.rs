@@ -9,6 +9,7 @@ use crate::redis::machine::{Lua, Redis};
 use crate::redisson::machine::Redisson;
 use crate::redlock::machine::Redlock;
 use crate::sql::SqlSettings;
+use crate::stats::Stats;
 use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
 use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
@@ -167,6 +168,12 @@ impl Engine {
     /// A snapshot of a held lock, `None` if it is not held.
     pub fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         with_machine!(self, m => m.hold(hold))
+    }
+
+    /// What the engine has counted about its locks, per name and kind, with the holds and
+    /// waiters of now ([`Stats`]).
+    pub fn stats(&self) -> Stats {
+        with_machine!(self, m => m.stats())
     }
 
     /// Until when a held lock or multi-lock is valid, as the engine knows it now (`None` if it

@@ -89,6 +89,7 @@ pub mod redis;
 pub mod redisson;
 pub mod redlock;
 pub mod sql;
+mod stats;
 mod status;
 mod time;
 mod timers;
@@ -103,6 +104,7 @@ pub use error::{
     TransportError,
 };
 pub use owner::{owner_token, token_seq};
+pub use stats::{BUCKETS, Histogram, LockStats, MAX_STATS_NAMES, OTHER_NAMES, Stats};
 pub use status::{HoldInfo, LockStatus};
 pub use time::{Instant, drift};
 pub use types::{

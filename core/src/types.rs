@@ -316,6 +316,18 @@ impl LostReason {
             LostReason::SessionExpired => "session-expired",
         }
     }
+
+    /// Its place in [`LostReason::ALL`].
+    pub fn index(&self) -> usize {
+        match self {
+            LostReason::Expired => 0,
+            LostReason::NotOwner => 1,
+            LostReason::MaxHold => 2,
+            LostReason::Closed => 3,
+            LostReason::Disconnected => 4,
+            LostReason::SessionExpired => 5,
+        }
+    }
 }
 
 /// News for the application.

@@ -147,15 +147,23 @@ impl Bed {
 
 fn acquire(op: u64, name: &str, owner: u64, lease: Duration, wait: Wait) -> Command {
     Command::Acquire(Acquire {
+        lease,
+        ..acquire_of(op, name, owner, wait)
+    })
+}
+
+/// An acquire of lock `name` for ten seconds.
+fn acquire_of(op: u64, name: &str, owner: u64, wait: Wait) -> Acquire {
+    Acquire {
         op: OpId(op),
         name: name.into(),
         owner,
-        lease,
+        lease: 10 * SEC,
         wait,
         max_hold: None,
         fair: true,
         kind: Kind::Mutex,
-    })
+    }
 }
 
 fn acquired(events: &[Event]) -> (HoldId, u64, u32) {
@@ -1859,4 +1867,119 @@ fn elections_refuse_what_they_cannot_do_and_observers_end_on_close() {
         }),
         "{events:?}"
     );
+}
+
+#[test]
+fn stats_count_every_outcome_per_name_and_kind_from_injected_time() {
+    use dlock_core::{BUCKETS, Histogram, LockStats};
+    let ms = Duration::from_millis;
+    let mut bed = Bed::new(1);
+    let t0 = bed.now;
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.acquire(0, 2, "a", Wait::No); // the same owner: a reentry
+    bed.cmd(0, acquire(3, "a", 2, 10 * SEC, Wait::No)); // busy
+    bed.cmd(0, acquire(4, "a", 3, 10 * SEC, Wait::Until(t0 + ms(500))));
+    bed.advance(ms(500)); // op 4 times out
+    bed.cmd(0, acquire(5, "a", 4, 10 * SEC, Wait::Forever)); // queued
+    bed.cmd(0, acquire(6, "a", 5, 10 * SEC, Wait::Forever));
+    bed.cmd(0, Command::Cancel { op: OpId(6) });
+    bed.cmd(
+        0,
+        Command::Acquire(Acquire {
+            kind: Kind::Semaphore { permits: 2 },
+            ..acquire_of(7, "s", 6, Wait::Forever)
+        }),
+    );
+    let live = bed.engines[0].stats();
+    let a = live.get("a", Kind::Mutex).expect("a counted");
+    assert_eq!((a.held, a.waiting), (1, 1));
+    bed.advance(ms(4000));
+    bed.cmd(0, Command::Release { op: OpId(8), hold });
+    bed.cmd(0, Command::Release { op: OpId(9), hold });
+    bed.engines[0].handle_input(bed.now, Input::Notice(Notice::Closed));
+    bed.settle();
+    let events = bed.take(0);
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::Lost {
+            reason: LostReason::Closed,
+            ..
+        }
+    )));
+
+    let histogram = |times: &[Duration]| {
+        let mut h = Histogram::default();
+        for &t in times {
+            h.observe(t);
+        }
+        h
+    };
+    let stats = bed.engines[0].stats();
+    let mut lost = [0; LostReason::ALL.len()];
+    lost[LostReason::Closed.index()] = 1;
+    let expected_a = LockStats {
+        name: "a".into(),
+        kind: Kind::Mutex,
+        acquired: 2,
+        handed_off: 1,
+        reentered: 1,
+        released: 1,
+        busy: 1,
+        timed_out: 1,
+        cancelled: 1,
+        failed: 0,
+        // Op 1's at a third of its lease; op 5's at once: a hand-off is only valid for the
+        // waiter lease until renewed.
+        renewals: 2,
+        renewals_failed: 0,
+        lost,
+        held: 0,
+        waiting: 0,
+        // Op 1 at once; op 5 from 0.5 s to the release at 4.5 s.
+        wait: histogram(&[Duration::ZERO, ms(4000)]),
+        // Op 1's tenure until its release; op 5's from then until the close.
+        hold: histogram(&[ms(4500), Duration::ZERO]),
+    };
+    assert_eq!(stats.locks[0], expected_a);
+    assert_eq!(expected_a.wait.buckets[0], 1);
+    assert_eq!(
+        expected_a.wait.buckets[BUCKETS.partition_point(|&b| b < ms(4000))],
+        1
+    );
+    assert_eq!(stats.locks[0].lost(&LostReason::Closed), 1);
+    // The semaphore's permit is counted apart, under its own kind.
+    let s = &stats.locks[1];
+    assert_eq!(
+        (s.name.as_str(), s.kind),
+        ("s", Kind::Semaphore { permits: 2 })
+    );
+    assert_eq!((s.acquired, s.handed_off, s.released), (1, 0, 0));
+    assert_eq!(s.lost(&LostReason::Closed), 1);
+    assert_eq!(stats.locks.len(), 2);
+}
+
+#[test]
+fn stats_count_names_past_the_limit_together() {
+    use dlock_core::{MAX_STATS_NAMES, OTHER_NAMES};
+    let mut bed = Bed::new(1);
+    for i in 0..MAX_STATS_NAMES as u64 + 10 {
+        bed.acquire(0, 2 * i + 1, &format!("n{i}"), Wait::No);
+        let (hold, _, _) = acquired(&bed.take(0));
+        bed.cmd(
+            0,
+            Command::Release {
+                op: OpId(2 * i + 2),
+                hold,
+            },
+        );
+        bed.take(0);
+    }
+    let stats = bed.engines[0].stats();
+    assert_eq!(stats.locks.len(), MAX_STATS_NAMES + 1);
+    let other = stats
+        .get(OTHER_NAMES, Kind::Mutex)
+        .expect("the rest, together");
+    assert_eq!((other.acquired, other.released), (10, 10));
+    assert_eq!(stats.get("n0", Kind::Mutex).map(|s| s.acquired), Some(1));
 }

@@ -392,6 +392,8 @@ fn a_waiter_backs_off_at_random_and_takes_the_lock_once_it_is_free() {
         bed.answer_all(Script::Acquire);
         bed.answer_all(Script::Raise);
         acquired(&bed.take_events());
+        let stats = bed.engine.stats();
+        assert_eq!((stats.locks[0].acquired, stats.locks[0].handed_off), (1, 1));
     }
     assert_ne!(retries[0], retries[1], "two clients back off alike");
 }

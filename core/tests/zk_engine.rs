@@ -216,6 +216,17 @@ fn a_waiter_watches_only_its_predecessor_and_takes_over_on_its_delete() {
     let (_, second) = acquired(&bed.take(1));
     assert!(second > first);
     assert!(bed.take(2).is_empty(), "only the successor woke");
+    // The stats count the first acquire as taken at once, the successor's as handed off.
+    let stats = |c: usize| bed.engines[c].0.stats().locks[0].clone();
+    assert_eq!(
+        (stats(0).acquired, stats(0).handed_off, stats(0).released),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        (stats(1).acquired, stats(1).handed_off, stats(1).held),
+        (1, 1, 1)
+    );
+    assert_eq!((stats(2).acquired, stats(2).waiting), (0, 1));
 }
 
 #[test]

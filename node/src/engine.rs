@@ -78,6 +78,12 @@ impl NativeEngine {
         Ok(self.inner.hold(nanos(hold)?).map(|h| h.to_string()))
     }
 
+    /// What the engine counted, as JSON (`dlock::json::stats_to_json`).
+    #[napi]
+    pub fn stats(&self) -> String {
+        self.inner.stats().to_string()
+    }
+
     #[napi]
     pub fn script_source(name: String) -> Result<String> {
         dlock::json::script_source(&name)

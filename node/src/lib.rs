@@ -378,6 +378,13 @@ impl NativeClient {
         })
     }
 
+    /// What the client's engine counted, as the JSON of `dlock::json::stats_to_json`.
+    #[napi]
+    pub async fn stats(&self) -> Result<String> {
+        let stats = self.client()?.stats().await.map_err(js_error)?;
+        Ok(dlock::json::stats_to_json(&stats).to_string())
+    }
+
     /// Stops taking calls; held locks stay held until released.
     #[napi]
     pub fn close(&self) {

@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Callable, List, Optional, Type, TypeVar, cast
 
 from . import _api
-from ._api import Leader, LockStatus, OnLost
+from ._api import Histogram, Leader, LockStats, LockStatus, OnLost
 from ._dlock import (
     DEFAULT_LEASE,
     ERROR_CODES,
@@ -54,10 +54,12 @@ __all__ = [
     "Engine",
     "Held",
     "InvalidArgument",
+    "Histogram",
     "Leader",
     "Leadership",
     "Lock",
     "LockLost",
+    "LockStats",
     "LockStatus",
     "LockTimeout",
     "MultiLock",
@@ -335,6 +337,13 @@ class Client(
     def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
         return _api.status(name, self._native.status(name).wait())
+
+    def stats(self) -> "List[LockStats]":
+        """What this client counted about its locks, one :class:`LockStats` per lock name and
+        kind: acquisitions, hand-offs, wait and hold times, renewals, losses by reason, and the
+        holds and waiters of now. The engine counts them from its own clock, the same way in
+        every language; :mod:`dlock.prometheus` exports them."""
+        return _api.stats(self._native.stats().wait())
 
     def election(self, name: str, *, lease: float = DEFAULT_LEASE, wait: Optional[float] = None) -> Election:
         """The election ``name``: the lock of that name, whose holder publishes a value

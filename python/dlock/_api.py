@@ -59,6 +59,70 @@ def leader(raw: "Optional[Tuple[int, str]]") -> Optional[Leader]:
     return None if raw is None else Leader(*raw)
 
 
+@dataclass(frozen=True)
+class Histogram:
+    """A distribution of durations in seconds: how many, their sum and maximum, and the
+    cumulative count at each bucket's upper bound, as Prometheus keeps it: ``(("0.001", n),
+    …, ("+Inf", count))``."""
+
+    count: int
+    sum: float
+    max: float
+    buckets: Tuple[Tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class LockStats:
+    """What a client counted about one lock name and kind (``lock``, ``semaphore``, ``read``
+    or ``write``). A multi-lock counts as its members; names past the first 1,024 are counted
+    together under the name ``""``."""
+
+    name: str
+    kind: str
+    #: New holds granted (reentries apart).
+    acquired: int
+    #: Of those, the holds that waited for another holder first.
+    handed_off: int
+    reentered: int
+    #: Holds released by their owner (the last level).
+    released: int
+    #: Try-acquires that found the lock held.
+    busy: int
+    timed_out: int
+    cancelled: int
+    #: Acquires that ended with an error.
+    failed: int
+    #: Holds renewed by the watchdog (one per hold per renewal sent).
+    renewals: int
+    renewals_failed: int
+    #: Holds lost, per reason (``expired``, ``not-owner``, ``max-hold``, ``closed``,
+    #: ``disconnected``, ``session-expired``).
+    lost: Dict[str, int]
+    #: Holds now.
+    held: int
+    #: Acquires waiting now.
+    waiting: int
+    #: From an acquire's start to its grant.
+    wait: Histogram
+    #: From a grant to its release or loss.
+    hold: Histogram
+    #: A semaphore's number of permits.
+    permits: Optional[int] = None
+
+
+def _histogram(raw: Dict[str, Any]) -> Histogram:
+    buckets = tuple((le, n) for le, n in raw["buckets"])
+    return Histogram(raw["count"], raw["sum_seconds"], raw["max_seconds"], buckets)
+
+
+def stats(raw: Dict[str, Any]) -> List[LockStats]:
+    """The native snapshot (``dlock::json::stats_to_json``) as :class:`LockStats`."""
+    return [
+        LockStats(**{**s, "wait": _histogram(s["wait"]), "hold": _histogram(s["hold"])})
+        for s in raw["locks"]
+    ]
+
+
 class ElectionBase:
     """An election's name and options: the lock of that name, whose holder publishes a value
     (docs/PROTOCOL.md §20)."""

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Callable, List, Optional, Type, TypeVar, cast
 
 from . import _api
-from ._api import Leader, LockStatus, OnLost
+from ._api import Leader, LockStats, LockStatus, OnLost
 from ._dlock import DEFAULT_LEASE, Call, NativeClient, NativeHeld, NativeObserver, new_owner
 from .errors import ClientClosed, LockLost
 
@@ -323,6 +323,10 @@ class AsyncClient(
     async def status(self, name: str) -> LockStatus:
         """Who holds ``name`` now, and who waits for it."""
         return _api.status(name, await _run(self._native.status(name)))
+
+    async def stats(self) -> "List[LockStats]":
+        """See :meth:`dlock.Client.stats`."""
+        return _api.stats(await _run(self._native.stats()))
 
     def election(self, name: str, *, lease: float = DEFAULT_LEASE, wait: Optional[float] = None) -> AsyncElection:
         """The election ``name``; see :meth:`dlock.Client.election`."""

@@ -89,6 +89,19 @@ fn to_json(value: &Bound<'_, PyAny>) -> PyResult<Json> {
     )))
 }
 
+/// A JSON value that becomes plain Python objects (dicts, lists, ints, floats, strings).
+pub(crate) struct PyJson(pub(crate) Json);
+
+impl<'py> IntoPyObject<'py> for PyJson {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.0)
+    }
+}
+
 fn to_py<'py>(py: Python<'py>, value: &Json) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Json::Null => py.None().into_bound(py),
@@ -178,6 +191,11 @@ impl Engine {
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let hold = unsigned(py, "hold", hold)?;
         self.inner.hold(hold).map(|h| to_py(py, &h)).transpose()
+    }
+
+    /// What the engine counted, per lock name and kind (the JSON of `dlock::json::stats_to_json`).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.stats())
     }
 
     /// The Lua source of a protocol script (`acquire`, `release`, `dequeue`, `extend`,

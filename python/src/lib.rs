@@ -378,6 +378,16 @@ impl NativeClient {
         }))
     }
 
+    /// What the client's engine counted, per lock name and kind: `{"locks": [...]}`
+    /// (`dlock::json::stats_to_json`).
+    fn stats(&self, py: Python<'_>) -> PyResult<Call> {
+        let client = self.client(py)?;
+        Ok(Call::new(async move {
+            let stats = client.stats().await?;
+            Ok(engine::PyJson(dlock::json::stats_to_json(&stats)))
+        }))
+    }
+
     /// The fenced write: True if `value` was stored under `token`, False if refused as stale.
     fn fenced_write(
         &self,

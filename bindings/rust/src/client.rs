@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::LockStatus;
 use dlock_core::redis::FencedWrite;
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, HoldId, Instant, Kind, LostReason, Member,
     Op, OpId, Protocol, Response, Wait,
 };
+use dlock_core::{LockStatus, Stats};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -313,6 +313,29 @@ impl Client {
         }
     }
 
+    /// What this client's engine counted about its locks, per name and kind, with the holds
+    /// and waiters of now: acquisitions, hand-offs, wait and hold times, renewals, losses
+    /// ([`Stats`]). Locks taken in Redisson's layout are counted by the companion and added in.
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        let mut stats = self.engine_stats().await?;
+        if let Some(companion) = self.inner.redisson.as_ref().and_then(|(_, c)| c.get()) {
+            stats.locks.extend(companion.engine_stats().await?.locks);
+            stats
+                .locks
+                .sort_by(|a, b| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
+        }
+        Ok(stats)
+    }
+
+    async fn engine_stats(&self) -> Result<Stats, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .calls
+            .send(Call::Stats(tx))
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
     /// Who holds `name`, with which token, for how long, and who waits. On Redlock: what a
     /// majority of the nodes agree on ([`dlock_core::redlock::merge_status`]); see
     /// [`Client::node_status`] for each node.
@@ -410,7 +433,7 @@ impl Client {
     }
 
     pub(crate) fn send(&self, command: Command, waiter: Option<Waiter>) -> Result<(), Error> {
-        let call = Call { command, waiter };
+        let call = Call::Command { command, waiter };
         self.inner.calls.send(call).map_err(|_| Error::Closed)
     }
 

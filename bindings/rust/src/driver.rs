@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dlock_core::{
     Command, Event, HoldId, Input, Instant, Leader, LostReason, Member, NotAcquired, Notice, OpId,
-    Output, Reply, RequestId,
+    Output, Reply, RequestId, Stats,
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -31,12 +31,17 @@ pub(crate) struct Granted<T> {
 
 pub(crate) type GrantReply<T> = oneshot::Sender<Result<Option<Granted<T>>, Error>>;
 
-/// A call from the public API: a command for the engine, and who hears its terminal event
-/// (nobody for a cancel, whose acquire hears it).
+/// A call from the public API.
 #[derive(Debug)]
-pub(crate) struct Call {
-    pub(crate) command: Command,
-    pub(crate) waiter: Option<Waiter>,
+pub(crate) enum Call {
+    /// A command for the engine, and who hears its terminal event (nobody for a cancel, whose
+    /// acquire hears it).
+    Command {
+        command: Command,
+        waiter: Option<Waiter>,
+    },
+    /// A snapshot of what the engine counted.
+    Stats(oneshot::Sender<Result<Stats, Error>>),
 }
 
 /// One request on its way, with the id its reply goes back under.
@@ -218,7 +223,15 @@ impl Driver {
         }
     }
 
-    fn call(&mut self, Call { command, waiter }: Call) {
+    fn call(&mut self, call: Call) {
+        let (command, waiter) = match call {
+            Call::Command { command, waiter } => (command, waiter),
+            Call::Stats(reply) => {
+                let stats = self.engine.stats().map_err(|e| Error::Machine(e.0));
+                let _ = reply.send(stats);
+                return;
+            }
+        };
         if let Some(waiter) = waiter {
             self.waiting.insert(command.op(), waiter);
         }
@@ -262,7 +275,7 @@ impl Driver {
         };
         if let Err(Ok(Some(granted))) = reply.send(Ok(Some(granted))) {
             let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
-            self.call(Call {
+            self.call(Call::Command {
                 command: Command::Release {
                     op,
                     hold: granted.hold,

@@ -20,9 +20,9 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
-    Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, HoldId, HoldInfo, Input,
-    Instant, Kind, Leader, NotAcquired, Notice, Op, OpId, Output, Protocol, Reply, Response,
-    TransportError, Wait,
+    Acquire, AcquireMulti, BUCKETS, ClientId, Command, Config, Error, Event, Histogram, HoldId,
+    HoldInfo, Input, Instant, Kind, Leader, LockStats, LostReason, NotAcquired, Notice, Op, OpId,
+    Output, Protocol, Reply, Response, Stats, TransportError, Wait,
 };
 use serde_json::{Map, Value as Json, json};
 
@@ -784,6 +784,73 @@ pub fn hold_to_json(info: &HoldInfo) -> Json {
     })
 }
 
+/// What an engine counted ([`Stats`]) as JSON: `{"locks": [...]}`, one object per lock name and
+/// kind with its counts, `lost` per reason (`{"expired": …, "not-owner": …}`), the holds and
+/// waiters of now, and the `wait` and `hold` histograms in seconds, their buckets cumulative
+/// as Prometheus keeps them: `[["0.001", n], …, ["+Inf", count]]`.
+pub fn stats_to_json(stats: &Stats) -> Json {
+    let locks: Vec<Json> = stats.locks.iter().map(lock_stats_to_json).collect();
+    json!({ "locks": locks })
+}
+
+fn lock_stats_to_json(s: &LockStats) -> Json {
+    let lost: Map<String, Json> = LostReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_owned(), json!(s.lost(r))))
+        .collect();
+    let (kind, permits) = match s.kind {
+        Kind::Mutex => ("lock", None),
+        Kind::Semaphore { permits } => ("semaphore", Some(permits)),
+        Kind::Read => ("read", None),
+        Kind::Write => ("write", None),
+    };
+    let mut json = json!({
+        "name": s.name,
+        "kind": kind,
+        "acquired": s.acquired,
+        "handed_off": s.handed_off,
+        "reentered": s.reentered,
+        "released": s.released,
+        "busy": s.busy,
+        "timed_out": s.timed_out,
+        "cancelled": s.cancelled,
+        "failed": s.failed,
+        "renewals": s.renewals,
+        "renewals_failed": s.renewals_failed,
+        "lost": lost,
+        "held": s.held,
+        "waiting": s.waiting,
+        "wait": histogram_to_json(&s.wait),
+        "hold": histogram_to_json(&s.hold),
+    });
+    if let Some(permits) = permits {
+        json["permits"] = json!(permits);
+    }
+    json
+}
+
+fn histogram_to_json(h: &Histogram) -> Json {
+    let mut total = 0;
+    let buckets: Vec<Json> = h
+        .buckets
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            total += n;
+            let le = BUCKETS
+                .get(i)
+                .map_or_else(|| "+Inf".to_owned(), |b| b.as_secs_f64().to_string());
+            json!([le, total])
+        })
+        .collect();
+    json!({
+        "count": h.count,
+        "sum_seconds": h.sum.as_secs_f64(),
+        "max_seconds": h.max.as_secs_f64(),
+        "buckets": buckets,
+    })
+}
+
 /// dlock-core's [`Engine`](dlock_core::Engine) with JSON in and out: what Python's
 /// `dlock.Engine` and Node's `Engine` wrap, for hosts that bring their own I/O.
 #[derive(Debug)]
@@ -835,6 +902,11 @@ impl JsonEngine {
 
     pub fn hold(&self, hold: u64) -> Option<Json> {
         self.engine.hold(HoldId(hold)).as_ref().map(hold_to_json)
+    }
+
+    /// What the engine counted ([`stats_to_json`]).
+    pub fn stats(&self) -> Json {
+        stats_to_json(&self.engine.stats())
     }
 }
 

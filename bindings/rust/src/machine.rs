@@ -2,7 +2,7 @@
 //! another implementation of the same sans-IO contract, such as the engine compiled to a
 //! WebAssembly component (`dlock-wasmtime`).
 
-use dlock_core::{Config, Engine, Input, Instant, Output};
+use dlock_core::{Config, Engine, Input, Instant, Output, Stats};
 
 use crate::Error;
 
@@ -26,6 +26,8 @@ pub trait Machine: Send + 'static {
     /// Every pending output (`poll_output` until `None`).
     fn drain(&mut self) -> Result<Vec<Output>, MachineError>;
     fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError>;
+    /// What the engine counted about its locks ([`Engine::stats`]).
+    fn stats(&mut self) -> Result<Stats, MachineError>;
 }
 
 impl Machine for Engine {
@@ -45,6 +47,10 @@ impl Machine for Engine {
 
     fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError> {
         Ok(Engine::poll_timeout(self))
+    }
+
+    fn stats(&mut self) -> Result<Stats, MachineError> {
+        Ok(Engine::stats(self))
     }
 }
 

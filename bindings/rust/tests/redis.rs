@@ -45,6 +45,13 @@ async fn mutual_exclusion_across_clients_and_tasks() {
     common::contend(&server.url(), 4, 4, 10).await;
 }
 
+/// The stats test every host runs (Python's test_stats.py, Node's stats.test.mjs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_are_exact_after_a_scripted_sequence() {
+    let server = RedisServer::start();
+    common::stats_after_a_script(&server.url(), 1).await;
+}
+
 #[tokio::test]
 async fn reentrant_acquires_share_a_tenure() {
     let server = RedisServer::start();

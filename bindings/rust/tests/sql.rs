@@ -46,6 +46,9 @@ trait Db: Sized {
     fn all_tls(&self) -> bool;
     /// The TLS server also takes plain connections.
     const TAKES_PLAIN: bool;
+    /// A release wakes the next waiter, which takes the hand-off at once and renews it
+    /// (PostgreSQL's NOTIFY); otherwise the waiter finds it at its next look (MariaDB).
+    const WAKES: bool;
     /// Takes lock `name` for `token` for `lease_ms` behind dlock's back with `function`
     /// (`acquire`, or `permit_acquire` with `count` the number of permits): its fencing token.
     fn acquire_raw(
@@ -90,6 +93,7 @@ impl Db for PostgresServer {
         self.psql("SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'") == "t"
     }
     const TAKES_PLAIN: bool = true;
+    const WAKES: bool = true;
     const NOW: &'static str = "now()";
     fn ms_from_now(ms: u64) -> String {
         format!("now() + interval '{ms} milliseconds'")
@@ -158,6 +162,7 @@ impl Db for MariadbServer {
         self.sql("SELECT @@require_secure_transport") == "1"
     }
     const TAKES_PLAIN: bool = false;
+    const WAKES: bool = false;
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
     fn ms_from_now(ms: u64) -> String {
         format!("UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND", ms * 1000)
@@ -318,7 +323,14 @@ on_both!(
     a_silent_leader_death_is_noticed_within_the_lease,
     a_schema_from_before_elections_is_brought_up_to_date,
     a_leader_value_is_stored_or_refused_before_anything_is_sent,
+    stats_are_exact_after_a_scripted_sequence,
 );
+
+/// The stats test every host runs (`common::stats_after_a_script`).
+async fn stats_are_exact_after_a_scripted_sequence<D: Db>() {
+    let db = D::start();
+    common::stats_after_a_script(&db.url(), u64::from(D::WAKES)).await;
+}
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {
     let pg = D::start();

@@ -21,6 +21,13 @@ async fn mutual_exclusion_and_increasing_tokens_across_clients() {
     assert_eq!((status.owner, status.waiters.len()), (None, 0));
 }
 
+/// The stats test every host runs: ZooKeeper renews its session, not each hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_are_exact_after_a_scripted_sequence() {
+    let zk = ZkEnsemble::start(1);
+    common::stats_after_a_script(&zk.url(), 0).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_locks_are_all_or_none_and_never_deadlock() {
     let zk = ZkEnsemble::start(1);

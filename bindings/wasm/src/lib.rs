@@ -22,7 +22,9 @@ mod bindings {
 }
 
 use bindings::exports::dlock::lock as wit;
-use wit::engine::{Config, Guest, GuestMachine, Input, Machine as MachineHandle, Output};
+use wit::engine::{
+    Config, Guest, GuestMachine, Input, LockStats, Machine as MachineHandle, Output,
+};
 use wit::transport::Script;
 use wit::types::Error;
 
@@ -77,5 +79,9 @@ impl GuestMachine for Machine {
             .borrow()
             .poll_timeout()
             .map(core_::Instant::as_nanos)
+    }
+
+    fn stats(&self) -> Vec<LockStats> {
+        cv(self.engine.borrow().stats().locks)
     }
 }

@@ -205,4 +205,9 @@ impl Machine for WasmMachine {
             .call(|g, store, h| g.call_poll_timeout(store, h))?
             .map(dlock_core::Instant::from_nanos))
     }
+
+    fn stats(&mut self) -> Result<dlock_core::Stats, MachineError> {
+        let locks = self.call(|g, store, h| g.call_stats(store, h))?;
+        Ok(dlock_core::Stats { locks: cv(locks) })
+    }
 }

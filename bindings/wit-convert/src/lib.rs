@@ -34,7 +34,8 @@ macro_rules! conversions {
             use ::dlock_core::sql::{Dialect as CoreDialect, Statement as CoreStatement};
             use ::dlock_core::{LostReason as CoreLostReason, NotAcquired as CoreNotAcquired};
             use super::$wit::engine::{
-                Config, Dialect, Input, Output, Protocol, Reply, SqlSettings, ZkSettings,
+                Config, Dialect, Histogram, Input, LockStats, Output, Protocol, Reply, SqlSettings,
+                ZkSettings,
             };
             use super::$wit::transport::{
                 Eval, GetData, Message, NodeOp, Notice, Op, RedisNode, RedisOp, Request, Response,
@@ -174,6 +175,24 @@ macro_rules! conversions {
                         (Some(v), None) => v,
                         _ => V::Status(::std::format!("malformed node list of {count} nodes")),
                     }
+                }
+            }
+
+            /// A fixed row of counts (histogram buckets, losses per reason) as a list, and
+            /// back: a list of another length is cut or padded with zeros.
+            impl<const N: usize> Cv<Vec<u64>> for [u64; N] {
+                fn cv(self) -> Vec<u64> {
+                    self.to_vec()
+                }
+            }
+
+            impl<const N: usize> Cv<[u64; N]> for Vec<u64> {
+                fn cv(self) -> [u64; N] {
+                    let mut row = [0; N];
+                    for (to, from) in row.iter_mut().zip(self) {
+                        *to = from;
+                    }
+                    row
                 }
             }
 
@@ -337,6 +356,20 @@ macro_rules! conversions {
                 [hold, reason] (core_::Event::Lost { hold, reason }) <=> (Event::Lost(Lost { hold, reason })),
                 [op, hold, term] (core_::Event::Proclaimed { op, hold, term }) <=> (Event::Proclaimed(Proclaimed { op, hold, term })),
                 [op, leader] (core_::Event::Leader { op, leader }) <=> (Event::Leader(LeaderSeen { op, leader })),
+            });
+            $crate::__table!(core_::LockStats => LockStats {
+                [name, kind, acquired, handed_off, reentered, released, busy, timed_out, cancelled,
+                 failed, renewals, renewals_failed, lost, held, waiting, wait, hold]
+                (core_::LockStats { name, kind, acquired, handed_off, reentered, released, busy,
+                    timed_out, cancelled, failed, renewals, renewals_failed, lost, held, waiting,
+                    wait, hold })
+                <=> (LockStats { name, kind, acquired, handed_off, reentered, released, busy,
+                    timed_out, cancelled, failed, renewals, renewals_failed, lost, held, waiting,
+                    wait, hold }),
+            });
+            $crate::__table!(core_::Histogram => Histogram {
+                [count, sum, max, buckets] (core_::Histogram { count, sum, max, buckets })
+                <=> (Histogram { count, sum, max, buckets }),
             });
             $crate::__table!(core_::Leader => Leader {
                 [term, value] (core_::Leader { term, value }) <=> (Leader { term, value }),

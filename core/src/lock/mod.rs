@@ -39,6 +39,7 @@ use crate::base::{
 use crate::config::Config;
 use crate::error::Error;
 use crate::plant::{self, Plant};
+use crate::stats::{Counters, Record, Stats};
 use crate::status::HoldInfo;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
@@ -240,6 +241,8 @@ pub(crate) trait Backend: Sized + Clone + fmt::Debug {
 pub(crate) struct Lifecycle<B: Backend> {
     pub(crate) base: Base<B::Purpose, B::Timer>,
     pub(crate) tenures: Tenures<B>,
+    /// What happened to the locks, per name and kind.
+    stats: Counters,
     /// At most this many holds per renewal request.
     max_batch: usize,
     next_seq: u64,
@@ -294,15 +297,32 @@ impl<B: Backend> Lifecycle<B> {
         self.tenures.pending(seq).map(|w| w.op)
     }
 
+    /// Counts `record` for tenure `seq`'s lock.
+    fn record(&mut self, seq: u64, record: Record<'_>) {
+        if let Some(t) = self.tenures.get(seq) {
+            self.stats.record(&t.name, t.kind, record);
+        }
+    }
+
+    /// Pending `seq` found the lock held and waits for the holder: once granted, it counts as
+    /// handed off.
+    pub(crate) fn waits(&mut self, seq: u64) {
+        if let Some(w) = self.tenures.pending_mut(seq) {
+            w.waited = true;
+        }
+    }
+
     /// Pending `seq` becomes `held`, renewed at `renew_at` (or now, if that has passed): the
     /// acquire's terminal event.
     pub(crate) fn grant(&mut self, b: &mut B, seq: u64, held: Held<B::Held>, renew_at: Instant) {
         let (fencing_token, count, valid_until) =
             (held.fencing_token, held.count, held.valid_until);
-        let Some(op) = self.tenures.grant(seq, held) else {
+        let now = self.base.now;
+        let Some((op, started, handed_off)) = self.tenures.grant(seq, held, now) else {
             return;
         };
-        let now = self.base.now;
+        let waited = now.saturating_duration_since(started);
+        self.record(seq, Record::Acquired { waited, handed_off });
         let (max_hold, lease) = self
             .tenures
             .get(seq)
@@ -325,6 +345,23 @@ impl<B: Backend> Lifecycle<B> {
             valid_until,
             count,
         });
+    }
+
+    /// Held `seq` is reentered by `op`: one level more, the acquire's terminal event.
+    pub(crate) fn reentered(&mut self, seq: u64, op: OpId) {
+        let Some(h) = self.tenures.held_mut(seq) else {
+            return;
+        };
+        h.count += 1;
+        let event = Event::Acquired {
+            op,
+            hold: HoldId(seq),
+            fencing_token: h.fencing_token,
+            valid_until: h.valid_until,
+            count: h.count,
+        };
+        self.record(seq, Record::Reentered);
+        self.finish(event);
     }
 
     /// The server kept `seq` for `lease` from a request sent at `sent`: the validity moves on
@@ -369,6 +406,7 @@ impl<B: Backend> Lifecycle<B> {
             Renewal::Kept => self.renewed(seq, sent, lease, true),
             Renewal::Refused => self.lose(b, seq, LostReason::NotOwner),
             Renewal::Failed => {
+                self.record(seq, Record::RenewalFailed);
                 // Try again soon; the expiry timer decides when it is too late.
                 let at = self.base.now + retry_delay(lease);
                 self.base.timers.set(Timer::Renew(seq), at);
@@ -436,6 +474,7 @@ impl<B: Backend> Lifecycle<B> {
         if self.tenures.held(seq).is_none() {
             return;
         }
+        self.record(seq, Record::Lost(&reason));
         let Some(t) = self.forget(b, seq) else { return };
         b.lost(self, &t, &reason);
         let hold = HoldId(seq);
@@ -467,6 +506,10 @@ impl<B: Backend> Lifecycle<B> {
     /// A pending acquire ends with `event`; with `cleanup`, it leaves the queue and gives
     /// back what it may have been granted.
     pub(crate) fn abandon(&mut self, b: &mut B, seq: u64, event: Event, cleanup: bool) {
+        match &event {
+            Event::NotAcquired { reason, .. } => self.record(seq, Record::NotAcquired(*reason)),
+            _ => self.record(seq, Record::Failed),
+        }
         let Some(t) = self.forget(b, seq) else { return };
         if cleanup && !self.base.closed {
             b.give_up(self, &t);
@@ -495,9 +538,14 @@ impl<B: Backend> Lifecycle<B> {
         }
     }
 
-    /// Removes a tenure, everything that points at it and its timers.
+    /// Removes a tenure, everything that points at it and its timers; a hold's time is
+    /// counted.
     fn forget(&mut self, b: &mut B, seq: u64) -> Option<Tenure<B>> {
         let t = self.tenures.remove(seq)?;
+        if let State::Held(_) = t.state {
+            let held = self.base.now.saturating_duration_since(t.since);
+            self.stats.record(&t.name, t.kind, Record::Ended { held });
+        }
         let timers = &mut self.base.timers;
         for timer in [
             Timer::Renew,
@@ -570,6 +618,7 @@ impl<B: Backend> Machine<B> {
             life: Lifecycle {
                 base: Base::new(now, request_timeout),
                 tenures: Tenures::new(),
+                stats: Counters::default(),
                 max_batch: config.max_batch.max(1),
                 next_seq: 1,
             },
@@ -590,6 +639,15 @@ impl<B: Backend> Machine<B> {
     /// A snapshot of a held lock, `None` if it is not held.
     pub(crate) fn hold(&self, hold: HoldId) -> Option<HoldInfo> {
         self.life.tenures.info(hold.0)
+    }
+
+    /// A snapshot of the counts, with the holds and waiters of now.
+    pub(crate) fn stats(&self) -> Stats {
+        let live = self.life.tenures.all().map(|t| {
+            let held = matches!(t.state, State::Held(_));
+            (t.name.as_str(), t.kind, held)
+        });
+        self.life.stats.snapshot(live)
     }
 
     /// Runs `cmd`: a cancel at once; any other command once its op id is registered
@@ -645,6 +703,9 @@ impl<B: Backend> Machine<B> {
             }
             Timer::Renew(seq) => {
                 let items = life.due_renewals(seq);
+                for &(seq, _) in &items {
+                    life.record(seq, Record::Renewal);
+                }
                 for chunk in items.chunks(life.max_batch) {
                     b.renew(life, chunk);
                 }
@@ -687,16 +748,8 @@ impl<B: Backend> Machine<B> {
                 }
                 // Counted here: the server sees one tenure. Its validity is still ahead (the
                 // expiry timer runs before any command).
-                State::Held(h) => {
-                    h.count += 1;
-                    let event = Event::Acquired {
-                        op: a.op,
-                        hold,
-                        fencing_token: h.fencing_token,
-                        valid_until: h.valid_until,
-                        count: h.count,
-                    };
-                    life.finish(event);
+                State::Held(_) => {
+                    life.reentered(seq, a.op);
                     Ok(())
                 }
             };
@@ -719,10 +772,12 @@ impl<B: Backend> Machine<B> {
                 token,
                 lease,
                 max_hold,
+                since: life.base.now,
                 data,
                 state: State::Pending(Waiting {
                     op: a.op,
                     wait,
+                    waited: false,
                     state,
                 }),
             },
@@ -742,6 +797,7 @@ impl<B: Backend> Machine<B> {
         let count = h.count;
         match count {
             0 => {
+                life.record(seq, Record::Released);
                 let t = life.forget(b, seq).ok_or(Error::NotHeld { hold })?;
                 b.release(life, op, seq, t);
             }

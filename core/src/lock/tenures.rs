@@ -22,6 +22,8 @@ pub(crate) struct Tenure<B: Backend> {
     /// The lease the server grants (on ZooKeeper: the session timeout).
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
+    /// When its state began: the acquire's start while pending, the grant once held.
+    pub(crate) since: Instant,
     /// What the backend keeps for it (keys, a directory).
     pub(crate) data: B::Tenure,
     pub(crate) state: State<B>,
@@ -33,11 +35,14 @@ pub(crate) enum State<B: Backend> {
     Held(Held<B::Held>),
 }
 
-/// A pending acquire: its op, how long it may wait, and where the backend's protocol stands.
+/// A pending acquire: its op, how long it may wait, whether it waited for a holder, and where
+/// the backend's protocol stands.
 #[derive(Clone, Debug)]
 pub(crate) struct Waiting<P> {
     pub(crate) op: OpId,
     pub(crate) wait: Wait,
+    /// It found the lock held and waits for the holder ([`Lifecycle::waits`](super::Lifecycle::waits)).
+    pub(crate) waited: bool,
     pub(crate) state: P,
 }
 
@@ -102,6 +107,11 @@ impl<B: Backend> Tenures<B> {
 
     pub(crate) fn get_mut(&mut self, seq: u64) -> Option<&mut Tenure<B>> {
         self.by_seq.get_mut(&seq)
+    }
+
+    /// Every tenure, pending or held.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Tenure<B>> {
+        self.by_seq.values()
     }
 
     pub(crate) fn seqs(&self) -> Vec<u64> {
@@ -196,15 +206,23 @@ impl<B: Backend> Tenures<B> {
     }
 
     /// A pending tenure becomes held. Returns the acquire's op, `None` if `seq` is not pending.
-    pub(crate) fn grant(&mut self, seq: u64, held: Held<B::Held>) -> Option<OpId> {
+    /// Pending `seq` is held from `now` on: its acquire's op, when the acquire started and
+    /// whether it waited for a holder.
+    pub(crate) fn grant(
+        &mut self,
+        seq: u64,
+        held: Held<B::Held>,
+        now: Instant,
+    ) -> Option<(OpId, Instant, bool)> {
         let t = self.by_seq.get_mut(&seq)?;
         let State::Pending(w) = &t.state else {
             return None;
         };
-        let op = w.op;
+        let granted = (w.op, t.since, w.waited);
         t.state = State::Held(held);
-        self.acquires.remove(&op);
-        Some(op)
+        t.since = now;
+        self.acquires.remove(&granted.0);
+        Some(granted)
     }
 
     /// A snapshot of a held lock.

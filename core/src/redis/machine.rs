@@ -501,6 +501,7 @@ impl<W: Wire> Redis<W> {
                 life.abandon(self, seq, Event::NotAcquired { op, reason }, false);
             }
             Ok(AcquireReply::Queued { latest, expires }) if mode != Mode::Try => {
+                w.waited = true;
                 if !matches!(p.place, Place::Queued { at, .. } if at >= sent) {
                     p.place = Place::Queued { at: sent, latest };
                 }
@@ -566,17 +567,8 @@ impl<W: Wire> Redis<W> {
             Ok(AcquireReply::Acquired { fencing_token, .. })
                 if fencing_token == h.fencing_token =>
             {
-                h.count += 1;
-                let count = h.count;
                 life.renewed(seq, sent, lease, false);
-                let valid_until = life.tenures.held(seq).map_or(sent, |h| h.valid_until);
-                life.finish(Event::Acquired {
-                    op,
-                    hold,
-                    fencing_token,
-                    valid_until,
-                    count,
-                });
+                life.reentered(seq, op);
             }
             Ok(AcquireReply::Acquired { fencing_token, .. }) => {
                 let error = Error::MalformedReply(format!(

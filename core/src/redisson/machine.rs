@@ -180,7 +180,10 @@ impl Redisson {
         let (op, waiting) = (w.op, w.wait != Wait::No);
         let woken =
             std::mem::replace(&mut w.state, Pending::Idle) == Pending::Asking { woken: true };
-        match reply.and_then(|v| redisson::parse_acquire(&v)) {
+        let reply = reply.and_then(|v| redisson::parse_acquire(&v));
+        // It waits for the holder.
+        w.waited |= waiting && matches!(reply, Ok(AcquireReply::Busy { .. }));
+        match reply {
             Ok(AcquireReply::Acquired { fencing_token }) => {
                 let valid = valid_until(sent, lease);
                 if valid > now {

@@ -401,6 +401,9 @@ impl Redlock {
             };
             return life.abandon(self, seq, event, false);
         }
+        if busy {
+            life.waits(seq);
+        }
         // Not sooner when a holder's lease runs out: contenders that all waited for it would
         // collide again, in lockstep.
         let at = life.now() + self.backoff(tries);

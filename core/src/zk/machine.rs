@@ -471,6 +471,7 @@ impl Zk {
             let reason = NotAcquired::Busy;
             life.abandon(self, seq, Event::NotAcquired { op, reason }, true);
         } else if full {
+            life.waits(seq);
             self.watch_next(life, seq);
         } else if to_lease {
             self.create(life, seq);

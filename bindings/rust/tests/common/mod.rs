@@ -627,3 +627,50 @@ pub(crate) async fn a_silent_death_is_noticed_within_the_lease<F, W>(
     assert_eq!(seen, leader(leadership.term(), "alive:1"));
     leadership.resign().await.unwrap();
 }
+
+/// The scripted sequence of every host's stats test (Python's test_stats.py, Node's
+/// stats.test.mjs): acquire, reenter, busy, time out, cancel, hand off, lose to max-hold. Then
+/// the counts are exact; `handoff_renewals`: the renewals a hand-off sends at once (Redis and
+/// SQL: one, a hand-off being valid for the waiter lease until renewed; ZooKeeper: none).
+pub(crate) async fn stats_after_a_script(url: &str, handoff_renewals: u64) {
+    const NAME: &str = "stats/a";
+    let lease = Duration::from_secs(60);
+    let client = connect(url).await.unwrap();
+    let lock = || client.lock(NAME).lease(lease);
+    let outer = lock().owner(1).acquire().await.unwrap();
+    let inner = lock().owner(1).acquire().await.unwrap();
+    assert!(lock().try_acquire().await.unwrap().is_none());
+    let timed_out = lock().wait(Duration::from_millis(50)).acquire().await;
+    assert_eq!(timed_out.unwrap_err(), Error::WaitTimedOut);
+    let cancelled = tokio::spawn(lock().acquire());
+    eventually("one waiter", || async { waiters(&client, NAME).await == 1 }).await;
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    eventually("no waiter", || async { waiters(&client, NAME).await == 0 }).await;
+    let handed = tokio::spawn(lock().acquire());
+    eventually("one waiter", || async { waiters(&client, NAME).await == 1 }).await;
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    handed.await.unwrap().unwrap().release().await.unwrap();
+    let short = lock().max_hold(Duration::from_millis(100)).acquire().await;
+    assert_eq!(short.unwrap().lost().await, dlock::LostReason::MaxHold);
+
+    let stats = client.stats().await.unwrap();
+    let [s] = &stats.locks[..] else {
+        panic!("one lock counted: {stats:?}")
+    };
+    assert_eq!((s.name.as_str(), s.kind), (NAME, dlock::Kind::Mutex));
+    let counts = (s.acquired, s.handed_off, s.reentered, s.released);
+    assert_eq!(counts, (3, 1, 1, 2), "{s:?}");
+    let ended = (s.busy, s.timed_out, s.cancelled, s.failed);
+    assert_eq!(ended, (1, 1, 1, 0), "{s:?}");
+    let mut lost = [0; 6];
+    lost[dlock::LostReason::MaxHold.index()] = 1;
+    assert_eq!(s.lost, lost);
+    assert_eq!((s.renewals, s.renewals_failed), (handoff_renewals, 0));
+    assert_eq!(
+        (s.held, s.waiting, s.wait.count, s.hold.count),
+        (0, 0, 3, 3)
+    );
+    assert!(s.hold.max >= Duration::from_millis(100), "{s:?}");
+}

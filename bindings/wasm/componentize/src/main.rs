@@ -53,7 +53,9 @@ fn strip(binary: &[u8], module: bool) -> Result<Vec<u8>, String> {
     let mut rest = &binary[PREAMBLE..];
     while let Some((&id, after_id)) = rest.split_first() {
         let (size, after_size) = leb128(after_id)?;
-        let payload = after_size.get(..size).ok_or("a section runs past the end")?;
+        let payload = after_size
+            .get(..size)
+            .ok_or("a section runs past the end")?;
         rest = &after_size[size..];
         let payload = match id {
             CUSTOM => continue,

@@ -1,0 +1,232 @@
+//! What an engine counts about its locks, per lock name and kind, from its own injected time:
+//! acquisitions, how long they waited and held, hand-offs, renewals, losses by reason and
+//! acquires that ended without the lock. The lifecycle records each at the point where it
+//! decides (a grant, a reentry, a release, a loss, an abandoned acquire, a renewal sent or
+//! settled), so every backend and every host counts the same way; [`Engine::stats`]
+//! (crate::Engine::stats) takes a snapshot.
+
+use core::fmt;
+use core::time::Duration;
+use std::collections::BTreeMap;
+
+use crate::types::{Kind, LostReason, NotAcquired};
+
+/// Upper bounds of the wait and hold histograms' buckets: 1 ms to 5 min, roughly ×2.5 apart,
+/// Prometheus's default buckets widened at both ends (a hold often lasts minutes). A last,
+/// unbounded bucket takes the rest.
+pub const BUCKETS: [Duration; 15] = [
+    Duration::from_millis(1),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_millis(2500),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+    Duration::from_secs(60),
+    Duration::from_secs(300),
+];
+
+/// At most this many (name, kind) pairs are counted apart; the rest are counted together under
+/// [`OTHER_NAMES`], so that a client taking millions of distinct locks keeps bounded memory
+/// (and a metrics system bounded cardinality).
+pub const MAX_STATS_NAMES: usize = 1024;
+
+/// The name under which locks past the first [`MAX_STATS_NAMES`] are counted: empty, which no
+/// lock name is.
+pub const OTHER_NAMES: &str = "";
+
+/// A distribution of durations: how many, their sum and maximum, and how many fell in each of
+/// [`BUCKETS`] (`buckets[i]`: at most `BUCKETS[i]` and above the bound before; the last entry:
+/// above every bound). Not cumulative.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    pub count: u64,
+    pub sum: Duration,
+    pub max: Duration,
+    pub buckets: [u64; BUCKETS.len() + 1],
+}
+
+impl Histogram {
+    pub fn observe(&mut self, d: Duration) {
+        self.count += 1;
+        self.sum = self.sum.saturating_add(d);
+        self.max = self.max.max(d);
+        let i = BUCKETS.partition_point(|&bound| bound < d);
+        self.buckets[i] += 1;
+    }
+}
+
+/// The counts of one lock name and kind. A multi-lock counts as its members.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    /// The lock's name ([`OTHER_NAMES`] for every name past the first [`MAX_STATS_NAMES`]).
+    pub name: String,
+    /// What was taken: the lock, a permit of the semaphore, or a read or write hold.
+    pub kind: Kind,
+    /// New holds granted (reentries apart).
+    pub acquired: u64,
+    /// Of those, the holds that waited for another holder first: the lock passed from a holder
+    /// to this waiter (on FIFO layouts, handed over by the releasing script).
+    pub handed_off: u64,
+    /// Reentries of a hold by its owner.
+    pub reentered: u64,
+    /// Holds released by their owner (the last level).
+    pub released: u64,
+    /// Try-acquires that found the lock held.
+    pub busy: u64,
+    /// Acquires whose wait ran out.
+    pub timed_out: u64,
+    /// Acquires cancelled while they waited.
+    pub cancelled: u64,
+    /// Acquires that ended with an error (the server, the connection, a closed client).
+    pub failed: u64,
+    /// Holds renewed by the watchdog: one per hold per renewal sent (ZooKeeper renews its
+    /// session instead, and counts none).
+    pub renewals: u64,
+    /// Of those, the renewals that got no answer that tells (tried again soon).
+    pub renewals_failed: u64,
+    /// Holds lost, per reason, in the order of [`LostReason::ALL`].
+    pub lost: [u64; LostReason::ALL.len()],
+    /// Holds now.
+    pub held: u64,
+    /// Acquires waiting now.
+    pub waiting: u64,
+    /// From an acquire's start to its grant, for every hold granted.
+    pub wait: Histogram,
+    /// From a grant to its release or loss, for every hold that ended.
+    pub hold: Histogram,
+}
+
+impl LockStats {
+    /// Holds lost for `reason`.
+    pub fn lost(&self, reason: &LostReason) -> u64 {
+        self.lost[reason.index()]
+    }
+}
+
+/// A snapshot of an engine's counts: one entry per (name, kind) ever acquired, sorted by name
+/// then kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub locks: Vec<LockStats>,
+}
+
+impl Stats {
+    /// The counts of lock `name` of `kind`, if it was ever acquired.
+    pub fn get(&self, name: &str, kind: Kind) -> Option<&LockStats> {
+        self.locks.iter().find(|s| s.name == name && s.kind == kind)
+    }
+}
+
+/// What the lifecycle records, as it decides.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Record<'a> {
+    /// A new hold, after waiting `waited` (`handed_off`: behind another holder).
+    Acquired {
+        waited: Duration,
+        handed_off: bool,
+    },
+    Reentered,
+    Released,
+    /// A hold ended (released or lost) after `held`.
+    Ended {
+        held: Duration,
+    },
+    NotAcquired(NotAcquired),
+    Failed,
+    Lost(&'a LostReason),
+    Renewal,
+    RenewalFailed,
+}
+
+/// The engine's counters, keyed by name then kind. Left out of `Debug` (it shows the count of
+/// names only): they observe the lifecycle and are no part of its state, so state dumps and
+/// the model checker's fingerprints show the protocol alone.
+#[derive(Clone, Default)]
+pub(crate) struct Counters {
+    by_name: BTreeMap<String, Vec<LockStats>>,
+    entries: usize,
+}
+
+impl fmt::Debug for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Counters")
+            .field("entries", &self.entries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Counters {
+    pub(crate) fn record(&mut self, name: &str, kind: Kind, record: Record<'_>) {
+        let s = self.entry(name, kind);
+        match record {
+            Record::Acquired { waited, handed_off } => {
+                s.acquired += 1;
+                s.handed_off += u64::from(handed_off);
+                s.wait.observe(waited);
+            }
+            Record::Reentered => s.reentered += 1,
+            Record::Released => s.released += 1,
+            Record::Ended { held } => s.hold.observe(held),
+            Record::NotAcquired(NotAcquired::Busy) => s.busy += 1,
+            Record::NotAcquired(NotAcquired::TimedOut) => s.timed_out += 1,
+            Record::NotAcquired(NotAcquired::Cancelled) => s.cancelled += 1,
+            Record::Failed => s.failed += 1,
+            Record::Lost(reason) => s.lost[reason.index()] += 1,
+            Record::Renewal => s.renewals += 1,
+            Record::RenewalFailed => s.renewals_failed += 1,
+        }
+    }
+
+    fn entry(&mut self, name: &str, kind: Kind) -> &mut LockStats {
+        let name = if self.by_name.contains_key(name) || self.entries < MAX_STATS_NAMES {
+            name
+        } else {
+            OTHER_NAMES
+        };
+        if !self.by_name.contains_key(name) {
+            self.by_name.insert(name.to_owned(), Vec::new());
+        }
+        let kinds = self.by_name.get_mut(name).expect("inserted above");
+        let i = match kinds.iter().position(|s| s.kind == kind) {
+            Some(i) => i,
+            None => {
+                self.entries += 1;
+                kinds.push(LockStats {
+                    name: name.to_owned(),
+                    kind,
+                    ..LockStats::default()
+                });
+                kinds.sort_by_key(|s| s.kind);
+                kinds
+                    .iter()
+                    .position(|s| s.kind == kind)
+                    .expect("pushed above")
+            }
+        };
+        &mut kinds[i]
+    }
+
+    /// A snapshot, with the holds and waiters of now (`live`: the name, kind and whether it is
+    /// held, of every tenure).
+    pub(crate) fn snapshot<'a>(&self, live: impl Iterator<Item = (&'a str, Kind, bool)>) -> Stats {
+        let mut counters = self.clone();
+        for (name, kind, held) in live {
+            let s = counters.entry(name, kind);
+            if held {
+                s.held += 1;
+            } else {
+                s.waiting += 1;
+            }
+        }
+        Stats {
+            locks: counters.by_name.into_values().flatten().collect(),
+        }
+    }
+}
