@@ -33,6 +33,9 @@ test: setup
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
     # The simulation and the model checker run below, in release builds.
     cargo test --workspace --exclude dlock-component --no-fail-fast -- --skip simulation --skip model_check
+    # The metrics feature: the facade gets what the engine counts.
+    cargo clippy -p dlock --features metrics --all-targets -- -D warnings
+    cargo test -p dlock --features metrics --test metrics
     DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
     just dist
     just dist-check

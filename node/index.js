@@ -636,7 +636,6 @@ class Engine {
 
 /** The addon's JSON of `dlock::json::stats_to_json`, with camelCase keys (`handedOff`). */
 function lockStats(json) {
-  const camel = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
   const histogram = ({ count, sum_seconds, max_seconds, buckets }) => ({
     count,
     sumSeconds: sum_seconds,
@@ -650,26 +649,17 @@ function lockStats(json) {
   })
 }
 
-/** [field, metric name, help] of every counter `registerMetrics` exports. */
-const COUNTERS = [
-  ['acquired', 'dlock_acquired_total', 'New holds granted (reentries apart).'],
-  ['handedOff', 'dlock_handed_off_total', 'Holds granted after waiting for another holder.'],
-  ['reentered', 'dlock_reentered_total', 'Reentries of a hold by its owner.'],
-  ['released', 'dlock_released_total', 'Holds released by their owner.'],
-  ['busy', 'dlock_busy_total', 'Try-acquires that found the lock held.'],
-  ['timedOut', 'dlock_timed_out_total', 'Acquires whose wait ran out.'],
-  ['cancelled', 'dlock_cancelled_total', 'Acquires cancelled while they waited.'],
-  ['failed', 'dlock_failed_total', 'Acquires that ended with an error.'],
-  ['renewals', 'dlock_renewals_total', 'Holds renewed by the watchdog, one per hold per renewal sent.'],
-  ['renewalsFailed', 'dlock_renewals_failed_total', 'Renewals with no answer that tells (tried again soon).'],
-]
+/** The metric names every host exports (the Rust crate's `dlock::prometheus`). */
+const METRICS = JSON.parse(native.metricsTable())
+const camel = (key) => key.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
 
 /**
  * Exports `client`'s lock statistics to a prom-client `registry` (prom-client is not a
  * dependency of dlock: pass your own `register` or `new Registry()`). Each scrape reads one
- * snapshot (`client.stats()`). The metrics are Python's `dlock.prometheus`: counters
- * `dlock_*_total` and `dlock_lost_total{reason}`, gauges `dlock_held` and `dlock_waiting`,
- * histograms `dlock_wait_seconds` and `dlock_hold_seconds`, all labelled `name` and `kind`.
+ * snapshot (`client.stats()`). The names are every host's (the Rust crate's
+ * `dlock::prometheus`): counters `dlock_*_total` and `dlock_lost_total{reason}`, gauges
+ * `dlock_held` and `dlock_waiting`, histograms `dlock_wait_seconds` and `dlock_hold_seconds`,
+ * all labelled `name` and `kind`.
  */
 function registerMetrics(client, registry) {
   if (registry == null || typeof registry.registerMetric !== 'function') {
@@ -694,15 +684,15 @@ function registerMetrics(client, registry) {
     }
     registry.registerMetric(m)
   }
-  for (const [field, name, help] of COUNTERS) {
-    metric(name, help, 'counter', (locks) => locks.map((s) => ({ labels: labels(s), value: s[field] })))
+  for (const [type, table] of [['counter', METRICS.counters], ['gauge', METRICS.gauges]]) {
+    for (const [field, name, help] of table) {
+      metric(name, help, type, (locks) => locks.map((s) => ({ labels: labels(s), value: s[camel(field)] })))
+    }
   }
-  metric('dlock_lost_total', 'Holds lost, by reason.', 'counter', (locks) =>
+  const [lost, lostHelp] = METRICS.lost
+  metric(lost, lostHelp, 'counter', (locks) =>
     locks.flatMap((s) => Object.entries(s.lost).map(([reason, value]) => ({ labels: { ...labels(s), reason }, value }))))
-  metric('dlock_held', 'Holds now.', 'gauge', (locks) => locks.map((s) => ({ labels: labels(s), value: s.held })))
-  metric('dlock_waiting', 'Acquires waiting now.', 'gauge', (locks) => locks.map((s) => ({ labels: labels(s), value: s.waiting })))
-  for (const [field, help] of [['wait', "From an acquire's start to its grant."], ['hold', 'From a grant to its release or loss.']]) {
-    const name = `dlock_${field}_seconds`
+  for (const [field, name, help] of METRICS.histograms) {
     metric(name, help, 'histogram', (locks) => locks.flatMap((s) => {
       const h = s[field]
       return [

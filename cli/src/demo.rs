@@ -42,7 +42,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Result<u8, Error> {
+pub(crate) async fn run(
+    backend: &str,
+    workers: usize,
+    length: Duration,
+    serve: Option<&str>,
+) -> Result<u8, Error> {
     if workers == 0 {
         eprintln!("dlock demo: --workers must be at least 1");
         return Ok(crate::exit::USAGE);
@@ -69,6 +74,31 @@ pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Resu
         }));
     }
 
+    let server = match serve {
+        Some(addr) => {
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    eprintln!("dlock demo: cannot serve on {addr}: {e}");
+                    return Ok(crate::exit::USAGE);
+                }
+            };
+            let at = listener
+                .local_addr()
+                .map_or(addr.to_owned(), |a| a.to_string());
+            println!(
+                "lock statistics at http://{at}/metrics and /stats (dlock stats --from {at})\n"
+            );
+            let clients = clients.clone();
+            let stats = move || {
+                let clients = clients.clone();
+                async move { crate::stats::gather(&clients).await }
+            };
+            Some(tokio::spawn(crate::stats::serve(listener, stats)))
+        }
+        None => None,
+    };
+
     let mut ticker = tokio::time::interval(Duration::from_millis(500));
     ticker.tick().await;
     while Instant::now() < deadline {
@@ -87,6 +117,9 @@ pub(crate) async fn run(backend: &str, workers: usize, length: Duration) -> Resu
         per_worker.push(task.await.map_err(|_| Error::Closed)??);
     }
 
+    if let Some(server) = server {
+        server.abort();
+    }
     let mut stats = Vec::new();
     for client in &clients {
         stats.push(client.stats().await?);

@@ -1,6 +1,7 @@
 //! `dlock`: run a command under a distributed lock, inspect a lock, or watch the demo.
 
 mod demo;
+mod stats;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -174,6 +175,21 @@ enum Cmd {
         /// How long to run: seconds, or a duration like 1500ms.
         #[arg(long, default_value = "3", value_parser = seconds)]
         seconds: Duration,
+        /// Serve the workers' lock statistics on this address while the demo runs: `GET
+        /// /metrics` (Prometheus text) and `GET /stats` (JSON, what `dlock stats` reads).
+        /// Port 0 takes a free one; the address is printed.
+        #[arg(long)]
+        serve: Option<String>,
+    },
+    /// Print the lock statistics of a running `dlock demo --serve ADDR`: per lock, the
+    /// acquisitions, hand-offs, renewals, holds and waiters now, wait times and losses.
+    Stats {
+        /// The address the demo serves on (host:port).
+        #[arg(long)]
+        from: String,
+        /// Print the JSON as served instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -288,7 +304,9 @@ async fn main() -> ExitCode {
             backend,
             workers,
             seconds,
-        } => demo::run(&backend, workers, seconds).await,
+            serve,
+        } => demo::run(&backend, workers, seconds, serve.as_deref()).await,
+        Cmd::Stats { from, json } => stats::show(&from, json).await,
         Cmd::Schema {
             dialect,
             table_prefix,

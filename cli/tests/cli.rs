@@ -1056,3 +1056,108 @@ fn status_watch_prints_a_line_per_look_until_interrupted() {
     let _ = holder.kill();
     let _ = holder.wait();
 }
+
+/// `GET` of `path` from `addr`: the body of a 200 answer.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("the demo serves");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    body.to_owned()
+}
+
+#[test]
+fn a_demo_serves_its_stats_to_dlock_stats_and_prometheus() {
+    use std::io::{BufRead, BufReader};
+    let mut demo = dlock()
+        .args([
+            "demo",
+            "--workers",
+            "3",
+            "--seconds",
+            "600",
+            "--serve",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let addr = std::iter::repeat_with(|| lines.next().expect("a line").expect("utf-8"))
+        .find_map(|l| {
+            l.split("dlock stats --from ")
+                .nth(1)
+                .map(|a| a.trim_end_matches(')').to_owned())
+        })
+        .unwrap();
+    // Until the workers' first acquire is counted (an event, polled).
+    while !http_get(&addr, "/stats").contains("demo-counter") {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = dlock().args(["stats", "--from", &addr]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(
+        table.lines().next().unwrap().starts_with("lock "),
+        "{table}"
+    );
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("demo-counter "),
+        "{table}"
+    );
+
+    let json = dlock()
+        .args(["stats", "--from", &addr, "--json"])
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&json.stdout);
+    assert!(
+        json.starts_with("{\"locks\":[{") && json.contains("\"name\":\"demo-counter\""),
+        "{json}"
+    );
+
+    // The Prometheus text: every family announced, every sample `name{labels} value`, and the
+    // counts a snapshot of the same processes: acquisitions only grow.
+    let acquired = |text: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("dlock_acquired_total{"))
+            .unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let first = http_get(&addr, "/metrics");
+    for line in first.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ').expect(line);
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+        assert!(
+            series.contains("{name=\"demo-counter\",kind=\"lock\""),
+            "{line}"
+        );
+    }
+    for family in [
+        "dlock_acquired_total counter",
+        "dlock_lost_total counter",
+        "dlock_held gauge",
+        "dlock_wait_seconds histogram",
+    ] {
+        assert_eq!(
+            first.matches(&format!("# TYPE {family}\n")).count(),
+            1,
+            "{family}"
+        );
+    }
+    assert!(
+        first
+            .contains("dlock_wait_seconds_bucket{name=\"demo-counter\",kind=\"lock\",le=\"+Inf\"}")
+    );
+    let mut later = http_get(&addr, "/metrics");
+    while acquired(&later) <= acquired(&first) {
+        std::thread::sleep(Duration::from_millis(10));
+        later = http_get(&addr, "/metrics");
+    }
+    let _ = demo.kill();
+    let _ = demo.wait();
+}

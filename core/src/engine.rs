@@ -9,7 +9,7 @@ use crate::redis::machine::{Lua, Redis};
 use crate::redisson::machine::Redisson;
 use crate::redlock::machine::Redlock;
 use crate::sql::SqlSettings;
-use crate::stats::Stats;
+use crate::stats::{Observation, Stats};
 use crate::status::{HoldInfo, LockStatus};
 use crate::time::Instant;
 use crate::types::{HoldId, Input, LostReason, Op, Output, Reply, Response};
@@ -174,6 +174,19 @@ impl Engine {
     /// waiters of now ([`Stats`]).
     pub fn stats(&self) -> Stats {
         with_machine!(self, m => m.stats())
+    }
+
+    /// From now on (`on`), each thing [`stats`](Self::stats) counts is also handed out one by
+    /// one by [`poll_observation`](Self::poll_observation), for a host that feeds a metrics
+    /// system event by event (the `dlock` crate's `metrics` feature). Off by default; at most
+    /// [`MAX_OBSERVATIONS`](crate::MAX_OBSERVATIONS) wait, the oldest going first.
+    pub fn keep_observations(&mut self, on: bool) {
+        with_machine!(mut self, m => m.keep_observations(on))
+    }
+
+    /// The next observation kept since the last call, `None` when drained (or not kept).
+    pub fn poll_observation(&mut self) -> Option<Observation> {
+        with_machine!(mut self, m => m.poll_observation())
     }
 
     /// Until when a held lock or multi-lock is valid, as the engine knows it now (`None` if it

@@ -104,7 +104,10 @@ pub use error::{
     TransportError,
 };
 pub use owner::{owner_token, token_seq};
-pub use stats::{BUCKETS, Histogram, LockStats, MAX_STATS_NAMES, OTHER_NAMES, Stats};
+pub use stats::{
+    BUCKETS, Histogram, LockStats, MAX_OBSERVATIONS, MAX_STATS_NAMES, OTHER_NAMES, Observation,
+    Observed, Stats,
+};
 pub use status::{HoldInfo, LockStatus};
 pub use time::{Instant, drift};
 pub use types::{

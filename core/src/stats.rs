@@ -7,7 +7,7 @@
 
 use core::fmt;
 use core::time::Duration;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::types::{Kind, LostReason, NotAcquired};
 
@@ -60,6 +60,26 @@ impl Histogram {
         let i = BUCKETS.partition_point(|&bound| bound < d);
         self.buckets[i] += 1;
     }
+
+    /// Each bucket's upper bound (`None`: unbounded) with the count at or below it, as
+    /// Prometheus keeps a histogram.
+    pub fn cumulative(&self) -> impl Iterator<Item = (Option<Duration>, u64)> + '_ {
+        let mut total = 0;
+        self.buckets.iter().enumerate().map(move |(i, n)| {
+            total += n;
+            (BUCKETS.get(i).copied(), total)
+        })
+    }
+
+    /// Adds `other`'s observations.
+    pub fn merge(&mut self, other: &Histogram) {
+        self.count += other.count;
+        self.sum = self.sum.saturating_add(other.sum);
+        self.max = self.max.max(other.max);
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+    }
 }
 
 /// The counts of one lock name and kind. A multi-lock counts as its members.
@@ -108,6 +128,46 @@ impl LockStats {
     pub fn lost(&self, reason: &LostReason) -> u64 {
         self.lost[reason.index()]
     }
+
+    /// Adds `other`'s counts (of the same lock, counted by another engine).
+    pub fn merge(&mut self, other: &LockStats) {
+        let LockStats {
+            name: _,
+            kind: _,
+            acquired,
+            handed_off,
+            reentered,
+            released,
+            busy,
+            timed_out,
+            cancelled,
+            failed,
+            renewals,
+            renewals_failed,
+            lost,
+            held,
+            waiting,
+            wait,
+            hold,
+        } = other;
+        self.acquired += acquired;
+        self.handed_off += handed_off;
+        self.reentered += reentered;
+        self.released += released;
+        self.busy += busy;
+        self.timed_out += timed_out;
+        self.cancelled += cancelled;
+        self.failed += failed;
+        self.renewals += renewals;
+        self.renewals_failed += renewals_failed;
+        for (mine, theirs) in self.lost.iter_mut().zip(lost) {
+            *mine += theirs;
+        }
+        self.held += held;
+        self.waiting += waiting;
+        self.wait.merge(wait);
+        self.hold.merge(hold);
+    }
 }
 
 /// A snapshot of an engine's counts: one entry per (name, kind) ever acquired, sorted by name
@@ -122,28 +182,62 @@ impl Stats {
     pub fn get(&self, name: &str, kind: Kind) -> Option<&LockStats> {
         self.locks.iter().find(|s| s.name == name && s.kind == kind)
     }
+
+    /// Adds `other`'s counts, lock by lock (several engines' counts as one: a process's
+    /// clients, say), keeping the order by name then kind.
+    pub fn merge(&mut self, other: &Stats) {
+        for theirs in &other.locks {
+            let key = (theirs.name.as_str(), theirs.kind);
+            match self
+                .locks
+                .binary_search_by(|s| (s.name.as_str(), s.kind).cmp(&key))
+            {
+                Ok(i) => self.locks[i].merge(theirs),
+                Err(i) => self.locks.insert(i, theirs.clone()),
+            }
+        }
+    }
 }
 
-/// What the lifecycle records, as it decides.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Record<'a> {
-    /// A new hold, after waiting `waited` (`handed_off`: behind another holder).
+/// What the lifecycle counts, as it decides: one observation of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// A new hold, after waiting `waited` (`handed_off`: it waited for another holder).
     Acquired {
         waited: Duration,
         handed_off: bool,
     },
     Reentered,
+    /// The owner released a hold's last level.
     Released,
     /// A hold ended (released or lost) after `held`.
     Ended {
         held: Duration,
     },
+    /// An acquire ended without the lock.
     NotAcquired(NotAcquired),
+    /// An acquire ended with an error.
     Failed,
-    Lost(&'a LostReason),
+    Lost(LostReason),
+    /// The watchdog sent a renewal of a hold.
     Renewal,
+    /// A renewal got no answer that tells.
     RenewalFailed,
 }
+
+/// One observation of lock `name` (of `kind`), as [`Engine::poll_observation`]
+/// (crate::Engine::poll_observation) hands it out: the name is the one the stats count it
+/// under ([`OTHER_NAMES`] past the first [`MAX_STATS_NAMES`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    pub name: String,
+    pub kind: Kind,
+    pub what: Observed,
+}
+
+/// At most this many observations wait for the host; past it the oldest go (a host that asked
+/// for them and stopped polling costs bounded memory).
+pub const MAX_OBSERVATIONS: usize = 4096;
 
 /// The engine's counters, keyed by name then kind. Left out of `Debug` (it shows the count of
 /// names only): they observe the lifecycle and are no part of its state, so state dumps and
@@ -152,6 +246,8 @@ pub(crate) enum Record<'a> {
 pub(crate) struct Counters {
     by_name: BTreeMap<String, Vec<LockStats>>,
     entries: usize,
+    /// Observations for the host, when it asked for them.
+    observations: Option<VecDeque<Observation>>,
 }
 
 impl fmt::Debug for Counters {
@@ -163,25 +259,47 @@ impl fmt::Debug for Counters {
 }
 
 impl Counters {
-    pub(crate) fn record(&mut self, name: &str, kind: Kind, record: Record<'_>) {
+    pub(crate) fn record(&mut self, name: &str, kind: Kind, what: Observed) {
+        let keep = self.observations.is_some();
         let s = self.entry(name, kind);
-        match record {
-            Record::Acquired { waited, handed_off } => {
+        match &what {
+            Observed::Acquired { waited, handed_off } => {
                 s.acquired += 1;
-                s.handed_off += u64::from(handed_off);
-                s.wait.observe(waited);
+                s.handed_off += u64::from(*handed_off);
+                s.wait.observe(*waited);
             }
-            Record::Reentered => s.reentered += 1,
-            Record::Released => s.released += 1,
-            Record::Ended { held } => s.hold.observe(held),
-            Record::NotAcquired(NotAcquired::Busy) => s.busy += 1,
-            Record::NotAcquired(NotAcquired::TimedOut) => s.timed_out += 1,
-            Record::NotAcquired(NotAcquired::Cancelled) => s.cancelled += 1,
-            Record::Failed => s.failed += 1,
-            Record::Lost(reason) => s.lost[reason.index()] += 1,
-            Record::Renewal => s.renewals += 1,
-            Record::RenewalFailed => s.renewals_failed += 1,
+            Observed::Reentered => s.reentered += 1,
+            Observed::Released => s.released += 1,
+            Observed::Ended { held } => s.hold.observe(*held),
+            Observed::NotAcquired(NotAcquired::Busy) => s.busy += 1,
+            Observed::NotAcquired(NotAcquired::TimedOut) => s.timed_out += 1,
+            Observed::NotAcquired(NotAcquired::Cancelled) => s.cancelled += 1,
+            Observed::Failed => s.failed += 1,
+            Observed::Lost(reason) => s.lost[reason.index()] += 1,
+            Observed::Renewal => s.renewals += 1,
+            Observed::RenewalFailed => s.renewals_failed += 1,
         }
+        let name = keep.then(|| s.name.clone());
+        if let (Some(queue), Some(name)) = (&mut self.observations, name) {
+            if queue.len() == MAX_OBSERVATIONS {
+                queue.pop_front();
+            }
+            queue.push_back(Observation { name, kind, what });
+        }
+    }
+
+    /// From now on (`on`), every observation also waits for [`Counters::poll_observation`];
+    /// off, none does.
+    pub(crate) fn keep_observations(&mut self, on: bool) {
+        match (on, &self.observations) {
+            (true, None) => self.observations = Some(VecDeque::new()),
+            (false, _) => self.observations = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    pub(crate) fn poll_observation(&mut self) -> Option<Observation> {
+        self.observations.as_mut()?.pop_front()
     }
 
     fn entry(&mut self, name: &str, kind: Kind) -> &mut LockStats {
@@ -216,7 +334,11 @@ impl Counters {
     /// A snapshot, with the holds and waiters of now (`live`: the name, kind and whether it is
     /// held, of every tenure).
     pub(crate) fn snapshot<'a>(&self, live: impl Iterator<Item = (&'a str, Kind, bool)>) -> Stats {
-        let mut counters = self.clone();
+        let mut counters = Counters {
+            by_name: self.by_name.clone(),
+            entries: self.entries,
+            observations: None,
+        };
         for (name, kind, held) in live {
             let s = counters.entry(name, kind);
             if held {

@@ -56,6 +56,16 @@ pub(crate) enum Primitive {
 }
 
 impl Kind {
+    /// What it takes, in every host's stats and metrics: `lock`, `semaphore`, `read`, `write`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Mutex => "lock",
+            Kind::Semaphore { .. } => "semaphore",
+            Kind::Read => "read",
+            Kind::Write => "write",
+        }
+    }
+
     pub(crate) fn primitive(self) -> Primitive {
         match self {
             Kind::Mutex => Primitive::Lock,

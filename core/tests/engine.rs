@@ -1983,3 +1983,46 @@ fn stats_count_names_past_the_limit_together() {
     assert_eq!((other.acquired, other.released), (10, 10));
     assert_eq!(stats.get("n0", Kind::Mutex).map(|s| s.acquired), Some(1));
 }
+
+#[test]
+fn observations_are_the_counts_one_by_one_when_kept() {
+    use dlock_core::{MAX_OBSERVATIONS, Observation, Observed};
+    let mut bed = Bed::new(1);
+    bed.acquire(0, 1, "a", Wait::No);
+    assert_eq!(
+        bed.engines[0].poll_observation(),
+        None,
+        "not kept by default"
+    );
+    bed.engines[0].keep_observations(true);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.advance(Duration::from_millis(2000));
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    bed.acquire(0, 3, "a", Wait::No);
+    let seen: Vec<Observation> = std::iter::from_fn(|| bed.engines[0].poll_observation()).collect();
+    let of = |what| Observation {
+        name: "a".into(),
+        kind: Kind::Mutex,
+        what,
+    };
+    let granted = Observed::Acquired {
+        waited: Duration::ZERO,
+        handed_off: false,
+    };
+    let held = Duration::from_millis(2000);
+    let expected = [
+        of(Observed::Released),
+        of(Observed::Ended { held }),
+        of(granted),
+    ];
+    assert_eq!(seen, expected);
+    // A host that stops polling keeps the latest MAX_OBSERVATIONS only.
+    for i in 0..MAX_OBSERVATIONS as u64 {
+        bed.cmd(0, acquire(10 + i, "a", 1, 10 * SEC, Wait::No)); // reentries
+    }
+    let kept = std::iter::from_fn(|| bed.engines[0].poll_observation()).count();
+    assert_eq!(kept, MAX_OBSERVATIONS);
+    bed.engines[0].keep_observations(false);
+    bed.cmd(0, acquire(1_000_000, "a", 1, 10 * SEC, Wait::No));
+    assert_eq!(bed.engines[0].poll_observation(), None);
+}

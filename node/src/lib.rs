@@ -47,6 +47,20 @@ pub fn lost_reasons() -> Vec<&'static str> {
     dlock::LostReason::ALL.iter().map(|r| r.as_str()).collect()
 }
 
+/// The metric names every host exports (`dlock::prometheus`): `{ counters, lost, gauges,
+/// histograms }`, each entry `[field, name, help]` (`lost`: `[name, help]`), as JSON.
+#[napi]
+pub fn metrics_table() -> String {
+    use dlock::prometheus::{COUNTERS, GAUGES, HISTOGRAMS, LOST};
+    serde_json::json!({
+        "counters": COUNTERS,
+        "lost": LOST,
+        "gauges": GAUGES,
+        "histograms": HISTOGRAMS,
+    })
+    .to_string()
+}
+
 /// Every `err.code` dlock rejects with.
 #[napi]
 pub fn error_codes() -> Vec<String> {

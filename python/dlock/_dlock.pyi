@@ -6,6 +6,10 @@ __all__ = [
     "DEFAULT_LEASE",
     "ERROR_CODES",
     "LOST_REASONS",
+    "METRIC_COUNTERS",
+    "METRIC_GAUGES",
+    "METRIC_HISTOGRAMS",
+    "METRIC_LOST",
     "Call",
     "Engine",
     "NativeClient",
@@ -23,6 +27,12 @@ _T = TypeVar("_T")
 DEFAULT_LEASE: float
 LOST_REASONS: Tuple[str, ...]
 ERROR_CODES: Tuple[str, ...]
+#: The metric names every host exports: (field of LockStats, metric name, help).
+METRIC_COUNTERS: List[Tuple[str, str, str]]
+METRIC_GAUGES: List[Tuple[str, str, str]]
+METRIC_HISTOGRAMS: List[Tuple[str, str, str]]
+#: (metric name, help) of the losses, labelled by reason too.
+METRIC_LOST: Tuple[str, str]
 
 def new_owner() -> int: ...
 def redact(url: str) -> str: ...

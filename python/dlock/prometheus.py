@@ -9,15 +9,11 @@ Register a collector per client; each scrape reads the client's counts
     REGISTRY.register(DlockCollector(client))
 
 Every metric is labelled with the lock's ``name`` and ``kind`` (``lock``, ``semaphore``,
-``read``, ``write``); losses also with their ``reason``:
-
-- counters ``dlock_acquired_total``, ``dlock_handed_off_total``, ``dlock_reentered_total``,
-  ``dlock_released_total``, ``dlock_busy_total``, ``dlock_timed_out_total``,
-  ``dlock_cancelled_total``, ``dlock_failed_total``, ``dlock_renewals_total``,
-  ``dlock_renewals_failed_total``, ``dlock_lost_total``;
-- gauges ``dlock_held`` and ``dlock_waiting``;
-- histograms ``dlock_wait_seconds`` (acquire to grant) and ``dlock_hold_seconds`` (grant to
-  release or loss).
+``read``, ``write``); losses also with their ``reason``. The names are the Rust crate's
+(``dlock::prometheus``), shared by every host: counters ``dlock_acquired_total``,
+``dlock_handed_off_total``, …, ``dlock_lost_total``; gauges ``dlock_held`` and
+``dlock_waiting``; histograms ``dlock_wait_seconds`` (acquire to grant) and
+``dlock_hold_seconds`` (grant to release or loss).
 
 Works for :class:`dlock.Client` and :class:`dlock.aio.Client` alike: the scrape runs the
 native call on the scraping thread, not on an event loop.
@@ -31,22 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from . import _api
+from ._dlock import METRIC_COUNTERS, METRIC_GAUGES, METRIC_HISTOGRAMS, METRIC_LOST
 
 __all__ = ["DlockCollector"]
-
-#: (field of LockStats, metric name, help) of every counter.
-COUNTERS = (
-    ("acquired", "dlock_acquired", "New holds granted (reentries apart)."),
-    ("handed_off", "dlock_handed_off", "Holds granted after waiting for another holder."),
-    ("reentered", "dlock_reentered", "Reentries of a hold by its owner."),
-    ("released", "dlock_released", "Holds released by their owner."),
-    ("busy", "dlock_busy", "Try-acquires that found the lock held."),
-    ("timed_out", "dlock_timed_out", "Acquires whose wait ran out."),
-    ("cancelled", "dlock_cancelled", "Acquires cancelled while they waited."),
-    ("failed", "dlock_failed", "Acquires that ended with an error."),
-    ("renewals", "dlock_renewals", "Holds renewed by the watchdog, one per hold per renewal sent."),
-    ("renewals_failed", "dlock_renewals_failed", "Renewals with no answer that tells (tried again soon)."),
-)
 
 LABELS = ["name", "kind"]
 
@@ -59,26 +42,24 @@ class DlockCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         locks: List[_api.LockStats] = _api.stats(self._client._native.stats().wait())
-        for field, name, documentation in COUNTERS:
+        for field, name, documentation in METRIC_COUNTERS:
             counter = CounterMetricFamily(name, documentation, labels=LABELS)
             for s in locks:
                 counter.add_metric([s.name, s.kind], getattr(s, field))
             yield counter
-        lost = CounterMetricFamily("dlock_lost", "Holds lost, by reason.", labels=LABELS + ["reason"])
+        name, documentation = METRIC_LOST
+        lost = CounterMetricFamily(name, documentation, labels=LABELS + ["reason"])
         for s in locks:
             for reason, n in s.lost.items():
                 lost.add_metric([s.name, s.kind, reason], n)
         yield lost
-        for field, documentation in (("held", "Holds now."), ("waiting", "Acquires waiting now.")):
-            gauge = GaugeMetricFamily(f"dlock_{field}", documentation, labels=LABELS)
+        for field, name, documentation in METRIC_GAUGES:
+            gauge = GaugeMetricFamily(name, documentation, labels=LABELS)
             for s in locks:
                 gauge.add_metric([s.name, s.kind], getattr(s, field))
             yield gauge
-        for field, documentation in (
-            ("wait", "From an acquire's start to its grant."),
-            ("hold", "From a grant to its release or loss."),
-        ):
-            histogram = HistogramMetricFamily(f"dlock_{field}_seconds", documentation, labels=LABELS)
+        for field, name, documentation in METRIC_HISTOGRAMS:
+            histogram = HistogramMetricFamily(name, documentation, labels=LABELS)
             for s in locks:
                 h: _api.Histogram = getattr(s, field)
                 histogram.add_metric([s.name, s.kind], [(le, float(n)) for le, n in h.buckets], h.sum)

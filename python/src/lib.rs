@@ -616,5 +616,11 @@ fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ERROR_CODES", PyTuple::new(m.py(), codes)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     m.add("DEFAULT_LEASE", dlock::DEFAULT_LEASE.as_secs_f64())?;
+    // The metric names every host exports (dlock::prometheus): (field, name, help) each.
+    use dlock::prometheus::{COUNTERS, GAUGES, HISTOGRAMS, LOST};
+    m.add("METRIC_COUNTERS", COUNTERS.to_vec())?;
+    m.add("METRIC_LOST", LOST)?;
+    m.add("METRIC_GAUGES", GAUGES.to_vec())?;
+    m.add("METRIC_HISTOGRAMS", HISTOGRAMS.to_vec())?;
     Ok(())
 }

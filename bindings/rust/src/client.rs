@@ -319,10 +319,7 @@ impl Client {
     pub async fn stats(&self) -> Result<Stats, Error> {
         let mut stats = self.engine_stats().await?;
         if let Some(companion) = self.inner.redisson.as_ref().and_then(|(_, c)| c.get()) {
-            stats.locks.extend(companion.engine_stats().await?.locks);
-            stats
-                .locks
-                .sort_by(|a, b| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
+            stats.merge(&companion.engine_stats().await?);
         }
         Ok(stats)
     }
@@ -532,7 +529,11 @@ impl LockBuilder {
     /// Acquires waiting up to `wait` (`None`: as long as it takes; zero: try once, `None` if
     /// busy). This overrides [`wait`](Self::wait); it is how bindings pass a wait through.
     pub async fn acquire_within(self, wait: Option<Duration>) -> Result<Option<Guard>, Error> {
-        let span = tracing::debug_span!("acquire", lock = %self.name);
+        let span = tracing::debug_span!(
+            "acquire",
+            lock = %self.name,
+            fencing_token = tracing::field::Empty
+        );
         let client = match self.redisson {
             true => self.client.redisson().await?,
             false => self.client,
@@ -551,11 +552,15 @@ impl LockBuilder {
                 kind: self.kind,
             })
         });
-        let granted = granted.instrument(span).await?;
-        Ok(granted.map(|g| Guard {
-            held: Held::new(client, g.hold, g.lost, g.valid),
-            name,
-            fencing_token: g.tokens,
+        let granted = granted.instrument(span.clone()).await?;
+        Ok(granted.map(|g| {
+            span.record("fencing_token", g.tokens);
+            let hold = tracing::debug_span!("hold", lock = %name, fencing_token = g.tokens);
+            Guard {
+                held: Held::new(client, g.hold, g.lost, g.valid, hold),
+                name,
+                fencing_token: g.tokens,
+            }
         }))
     }
 }
@@ -678,9 +683,12 @@ impl MultiLockBuilder {
             })
         });
         let granted = granted.instrument(span).await?;
-        Ok(granted.map(|g| MultiGuard {
-            held: Held::new(client, g.hold, g.lost, g.valid),
-            members: g.tokens,
+        Ok(granted.map(|g| {
+            let hold = tracing::debug_span!("hold", locks = ?g.tokens);
+            MultiGuard {
+                held: Held::new(client, g.hold, g.lost, g.valid, hold),
+                members: g.tokens,
+            }
         }))
     }
 }
@@ -708,6 +716,8 @@ struct Held {
     /// Until when it is valid: moved on by each renewal.
     valid: watch::Receiver<tokio::time::Instant>,
     released: bool,
+    /// The `hold` span: from the grant until the guard goes (its release a child of it).
+    span: tracing::Span,
 }
 
 impl Held {
@@ -716,6 +726,7 @@ impl Held {
         hold: HoldId,
         lost: watch::Receiver<Option<LostReason>>,
         valid: watch::Receiver<tokio::time::Instant>,
+        span: tracing::Span,
     ) -> Self {
         Held {
             client,
@@ -723,6 +734,7 @@ impl Held {
             lost,
             valid,
             released: false,
+            span,
         }
     }
 
@@ -756,7 +768,8 @@ impl Held {
         done.await.map_err(|_| Error::Closed)?
     }
 
-    async fn release(mut self, span: tracing::Span) -> Result<(), Error> {
+    async fn release(mut self) -> Result<(), Error> {
+        let span = tracing::debug_span!(parent: &self.span, "release");
         self.released = true;
         if let Some(reason) = self.lost.borrow().clone() {
             return Err(Error::Lost(reason));
@@ -845,9 +858,7 @@ impl Guard {
 
     /// Releases the lock (one level of a reentrant hold) and waits for the backend's answer.
     pub async fn release(self) -> Result<(), Error> {
-        let span =
-            tracing::debug_span!("release", lock = %self.name, fencing_token = self.fencing_token);
-        self.held.release(span).await
+        self.held.release().await
     }
 }
 
@@ -899,8 +910,7 @@ impl MultiGuard {
 
     /// Releases every lock and waits for the backends' answers.
     pub async fn release(self) -> Result<(), Error> {
-        let span = tracing::debug_span!("release", locks = self.members.len());
-        self.held.release(span).await
+        self.held.release().await
     }
 }
 
@@ -975,8 +985,7 @@ impl SharedGuard {
     /// Releases the lock; a second release fails with [`dlock_core::Error::NotHeld`].
     pub async fn release(&self) -> Result<(), Error> {
         let taken = self.held.lock().await.take();
-        let span = tracing::debug_span!("release", lock = %self.name());
-        taken.ok_or(self.released())?.release(span).await
+        taken.ok_or(self.released())?.release().await
     }
 
     /// Renews now with `lease`; see [`Guard::extend`].

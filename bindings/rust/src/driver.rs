@@ -129,6 +129,10 @@ impl Driver {
         inputs: mpsc::UnboundedReceiver<Input>,
         ids: Arc<AtomicU64>,
     ) -> Self {
+        let mut engine = engine;
+        if cfg!(feature = "metrics") {
+            engine.keep_observations();
+        }
         Self {
             engine,
             broken: None,
@@ -242,6 +246,10 @@ impl Driver {
     }
 
     fn drain(&mut self) {
+        #[cfg(feature = "metrics")]
+        for observation in self.engine.observations() {
+            crate::metrics::publish(observation);
+        }
         let outputs = match self.engine.drain() {
             Ok(outputs) => outputs,
             Err(e) => return self.check(Err(e)),

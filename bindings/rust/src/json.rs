@@ -20,11 +20,13 @@ use dlock_core::redis::{RedisOp, Value};
 use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue};
 use dlock_core::zk::{ZkOp, ZkReply};
 use dlock_core::{
-    Acquire, AcquireMulti, BUCKETS, ClientId, Command, Config, Error, Event, Histogram, HoldId,
-    HoldInfo, Input, Instant, Kind, Leader, LockStats, LostReason, NotAcquired, Notice, Op, OpId,
-    Output, Protocol, Reply, Response, Stats, TransportError, Wait,
+    Acquire, AcquireMulti, ClientId, Command, Config, Error, Event, Histogram, HoldId, HoldInfo,
+    Input, Instant, Kind, Leader, LockStats, LostReason, NotAcquired, Notice, Op, OpId, Output,
+    Protocol, Reply, Response, Stats, TransportError, Wait,
 };
 use serde_json::{Map, Value as Json, json};
+
+use crate::prometheus::{COUNTERS, GAUGES, count};
 
 /// A JSON value that does not follow the engine contract: `at` names the offending field
 /// (`input.lease_ms`), `why` says what is wrong.
@@ -798,50 +800,27 @@ fn lock_stats_to_json(s: &LockStats) -> Json {
         .iter()
         .map(|r| (r.as_str().to_owned(), json!(s.lost(r))))
         .collect();
-    let (kind, permits) = match s.kind {
-        Kind::Mutex => ("lock", None),
-        Kind::Semaphore { permits } => ("semaphore", Some(permits)),
-        Kind::Read => ("read", None),
-        Kind::Write => ("write", None),
-    };
     let mut json = json!({
         "name": s.name,
-        "kind": kind,
-        "acquired": s.acquired,
-        "handed_off": s.handed_off,
-        "reentered": s.reentered,
-        "released": s.released,
-        "busy": s.busy,
-        "timed_out": s.timed_out,
-        "cancelled": s.cancelled,
-        "failed": s.failed,
-        "renewals": s.renewals,
-        "renewals_failed": s.renewals_failed,
+        "kind": s.kind.as_str(),
         "lost": lost,
-        "held": s.held,
-        "waiting": s.waiting,
         "wait": histogram_to_json(&s.wait),
         "hold": histogram_to_json(&s.hold),
     });
-    if let Some(permits) = permits {
+    let fields = COUNTERS.iter().chain(&GAUGES).map(|(field, _, _)| *field);
+    for field in fields {
+        json[field] = json!(count(s, field));
+    }
+    if let Kind::Semaphore { permits } = s.kind {
         json["permits"] = json!(permits);
     }
     json
 }
 
 fn histogram_to_json(h: &Histogram) -> Json {
-    let mut total = 0;
     let buckets: Vec<Json> = h
-        .buckets
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            total += n;
-            let le = BUCKETS
-                .get(i)
-                .map_or_else(|| "+Inf".to_owned(), |b| b.as_secs_f64().to_string());
-            json!([le, total])
-        })
+        .cumulative()
+        .map(|(bound, total)| json!([crate::prometheus::le(bound), total]))
         .collect();
     json!({
         "count": h.count,

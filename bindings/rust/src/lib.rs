@@ -30,6 +30,9 @@ mod error;
 mod fenced;
 pub mod json;
 mod machine;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+pub mod prometheus;
 mod secret;
 pub mod spec;
 mod transport;

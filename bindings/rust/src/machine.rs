@@ -2,7 +2,7 @@
 //! another implementation of the same sans-IO contract, such as the engine compiled to a
 //! WebAssembly component (`dlock-wasmtime`).
 
-use dlock_core::{Config, Engine, Input, Instant, Output, Stats};
+use dlock_core::{Config, Engine, Input, Instant, Observation, Output, Stats};
 
 use crate::Error;
 
@@ -28,6 +28,13 @@ pub trait Machine: Send + 'static {
     fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError>;
     /// What the engine counted about its locks ([`Engine::stats`]).
     fn stats(&mut self) -> Result<Stats, MachineError>;
+    /// Keep each observation for [`Machine::observations`] ([`Engine::keep_observations`]);
+    /// an engine that cannot does nothing.
+    fn keep_observations(&mut self) {}
+    /// The observations kept since the last call ([`Engine::poll_observation`]).
+    fn observations(&mut self) -> Vec<Observation> {
+        Vec::new()
+    }
 }
 
 impl Machine for Engine {
@@ -51,6 +58,14 @@ impl Machine for Engine {
 
     fn stats(&mut self) -> Result<Stats, MachineError> {
         Ok(Engine::stats(self))
+    }
+
+    fn keep_observations(&mut self) {
+        Engine::keep_observations(self, true);
+    }
+
+    fn observations(&mut self) -> Vec<Observation> {
+        std::iter::from_fn(|| Engine::poll_observation(self)).collect()
     }
 }
 

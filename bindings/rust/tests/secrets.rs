@@ -128,5 +128,21 @@ async fn no_password_in_any_error_debug_or_log() {
 
     let log = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
     assert!(log.contains("acquire"), "the log was recorded: {log}");
+    // Spans around acquire, hold and release carry the lock's name and fencing token.
+    assert!(log.contains("acquire{lock=secret fencing_token="), "{log}");
+    let hold = |l: &&str| l.starts_with("20") && l.contains(" hold{lock=secret fencing_token=");
+    let closes = |l: &&str| l.contains(": close time.busy=");
+    assert!(
+        log.lines()
+            .filter(hold)
+            .any(|l| l.contains("}:release:") && closes(&l)),
+        "a release inside the hold: {log}"
+    );
+    assert!(
+        log.lines()
+            .filter(hold)
+            .any(|l| !l.contains(":release") && closes(&l)),
+        "the hold's own close, with its time: {log}"
+    );
     assert_hidden("the tracing log", &log);
 }

@@ -39,7 +39,7 @@ use crate::base::{
 use crate::config::Config;
 use crate::error::Error;
 use crate::plant::{self, Plant};
-use crate::stats::{Counters, Record, Stats};
+use crate::stats::{Counters, Observation, Observed, Stats};
 use crate::status::HoldInfo;
 use crate::time::{Instant, drift};
 use crate::timers::Timer;
@@ -298,7 +298,7 @@ impl<B: Backend> Lifecycle<B> {
     }
 
     /// Counts `record` for tenure `seq`'s lock.
-    fn record(&mut self, seq: u64, record: Record<'_>) {
+    fn record(&mut self, seq: u64, record: Observed) {
         if let Some(t) = self.tenures.get(seq) {
             self.stats.record(&t.name, t.kind, record);
         }
@@ -322,7 +322,7 @@ impl<B: Backend> Lifecycle<B> {
             return;
         };
         let waited = now.saturating_duration_since(started);
-        self.record(seq, Record::Acquired { waited, handed_off });
+        self.record(seq, Observed::Acquired { waited, handed_off });
         let (max_hold, lease) = self
             .tenures
             .get(seq)
@@ -360,7 +360,7 @@ impl<B: Backend> Lifecycle<B> {
             valid_until: h.valid_until,
             count: h.count,
         };
-        self.record(seq, Record::Reentered);
+        self.record(seq, Observed::Reentered);
         self.finish(event);
     }
 
@@ -406,7 +406,7 @@ impl<B: Backend> Lifecycle<B> {
             Renewal::Kept => self.renewed(seq, sent, lease, true),
             Renewal::Refused => self.lose(b, seq, LostReason::NotOwner),
             Renewal::Failed => {
-                self.record(seq, Record::RenewalFailed);
+                self.record(seq, Observed::RenewalFailed);
                 // Try again soon; the expiry timer decides when it is too late.
                 let at = self.base.now + retry_delay(lease);
                 self.base.timers.set(Timer::Renew(seq), at);
@@ -474,7 +474,7 @@ impl<B: Backend> Lifecycle<B> {
         if self.tenures.held(seq).is_none() {
             return;
         }
-        self.record(seq, Record::Lost(&reason));
+        self.record(seq, Observed::Lost(reason.clone()));
         let Some(t) = self.forget(b, seq) else { return };
         b.lost(self, &t, &reason);
         let hold = HoldId(seq);
@@ -507,8 +507,8 @@ impl<B: Backend> Lifecycle<B> {
     /// back what it may have been granted.
     pub(crate) fn abandon(&mut self, b: &mut B, seq: u64, event: Event, cleanup: bool) {
         match &event {
-            Event::NotAcquired { reason, .. } => self.record(seq, Record::NotAcquired(*reason)),
-            _ => self.record(seq, Record::Failed),
+            Event::NotAcquired { reason, .. } => self.record(seq, Observed::NotAcquired(*reason)),
+            _ => self.record(seq, Observed::Failed),
         }
         let Some(t) = self.forget(b, seq) else { return };
         if cleanup && !self.base.closed {
@@ -544,7 +544,7 @@ impl<B: Backend> Lifecycle<B> {
         let t = self.tenures.remove(seq)?;
         if let State::Held(_) = t.state {
             let held = self.base.now.saturating_duration_since(t.since);
-            self.stats.record(&t.name, t.kind, Record::Ended { held });
+            self.stats.record(&t.name, t.kind, Observed::Ended { held });
         }
         let timers = &mut self.base.timers;
         for timer in [
@@ -641,6 +641,15 @@ impl<B: Backend> Machine<B> {
         self.life.tenures.info(hold.0)
     }
 
+    /// See [`Engine::keep_observations`](crate::Engine::keep_observations).
+    pub(crate) fn keep_observations(&mut self, on: bool) {
+        self.life.stats.keep_observations(on);
+    }
+
+    pub(crate) fn poll_observation(&mut self) -> Option<Observation> {
+        self.life.stats.poll_observation()
+    }
+
     /// A snapshot of the counts, with the holds and waiters of now.
     pub(crate) fn stats(&self) -> Stats {
         let live = self.life.tenures.all().map(|t| {
@@ -704,7 +713,7 @@ impl<B: Backend> Machine<B> {
             Timer::Renew(seq) => {
                 let items = life.due_renewals(seq);
                 for &(seq, _) in &items {
-                    life.record(seq, Record::Renewal);
+                    life.record(seq, Observed::Renewal);
                 }
                 for chunk in items.chunks(life.max_batch) {
                     b.renew(life, chunk);
@@ -797,7 +806,7 @@ impl<B: Backend> Machine<B> {
         let count = h.count;
         match count {
             0 => {
-                life.record(seq, Record::Released);
+                life.record(seq, Observed::Released);
                 let t = life.forget(b, seq).ok_or(Error::NotHeld { hold })?;
                 b.release(life, op, seq, t);
             }
