@@ -308,8 +308,8 @@ export declare class Engine {
   pollTimeout(): number | null
   /** A held lock's snapshot, null if `hold` is not held. */
   hold(hold: number): EngineJson | null
-  /** What the engine counted, per lock name and kind (as `Client.stats`). */
-  stats(): LockStats[]
+  /** What the engine counted, per lock name and kind, in the JSON form (docs/PROTOCOL.md §11). */
+  stats(): EngineJson
   /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */
   static scriptSource(name: string): string
 }

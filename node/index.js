@@ -623,9 +623,9 @@ class Engine {
     return h == null ? null : JSON.parse(h)
   }
 
-  /** What the engine counted, per lock name and kind (as `Client.stats`). */
+  /** What the engine counted, per lock name and kind, in the JSON form (docs/PROTOCOL.md §11). */
   stats() {
-    return lockStats(this.#native.stats())
+    return JSON.parse(this.#native.stats())
   }
 
   /** The Lua source of a protocol script (acquire, release, dequeue, extend, status). */

@@ -2,8 +2,8 @@
 //! acquisitions, how long they waited and held, hand-offs, renewals, losses by reason and
 //! acquires that ended without the lock. The lifecycle records each at the point where it
 //! decides (a grant, a reentry, a release, a loss, an abandoned acquire, a renewal sent or
-//! settled), so every backend and every host counts the same way; [`Engine::stats`]
-//! (crate::Engine::stats) takes a snapshot.
+//! settled), so every backend and every host counts the same way;
+//! [`Engine::stats`](crate::Engine::stats) takes a snapshot.
 
 use core::fmt;
 use core::time::Duration;
@@ -225,9 +225,9 @@ pub enum Observed {
     RenewalFailed,
 }
 
-/// One observation of lock `name` (of `kind`), as [`Engine::poll_observation`]
-/// (crate::Engine::poll_observation) hands it out: the name is the one the stats count it
-/// under ([`OTHER_NAMES`] past the first [`MAX_STATS_NAMES`]).
+/// One observation of lock `name` (of `kind`), as
+/// [`Engine::poll_observation`](crate::Engine::poll_observation) hands it out: the name is the
+/// one the stats count it under ([`OTHER_NAMES`] past the first [`MAX_STATS_NAMES`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     pub name: String,

@@ -95,5 +95,5 @@ test('registerMetrics gives prom-client well-formed text with the counts', async
 
 test('the engine gives its counts', () => {
   const engine = new Engine({ client_id: '0'.repeat(31) + '1' }, 0)
-  assert.deepEqual(engine.stats(), [])
+  assert.deepEqual(engine.stats(), { locks: [] })
 })
