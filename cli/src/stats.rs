@@ -81,6 +81,8 @@ where
 /// `dlock stats --from ADDR`: the JSON of `GET /stats` from a running `dlock demo --serve`,
 /// printed as it came (`json`) or as a table.
 pub(crate) async fn show(from: &str, json: bool) -> Result<u8, Error> {
+    // The address as it may be printed: never a password typed into it.
+    let shown = dlock::redact(from);
     let fetch = async {
         let mut stream = TcpStream::connect(from).await?;
         let request = format!("GET /stats HTTP/1.1\r\nHost: {from}\r\nConnection: close\r\n\r\n");
@@ -92,12 +94,12 @@ pub(crate) async fn show(from: &str, json: bool) -> Result<u8, Error> {
     let reply = tokio::time::timeout(Duration::from_secs(10), fetch)
         .await
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-        .map_err(|e| Error::Connect(format!("{from}: {e}")))?;
+        .map_err(|e| Error::Connect(format!("{shown}: {e}")))?;
     let body = match reply.split_once("\r\n\r\n") {
         Some((head, body)) if head.starts_with("HTTP/1.1 200") => body,
         _ => {
             let first = reply.lines().next().unwrap_or("no reply");
-            eprintln!("dlock stats: {from} answered {first:?}, not a dlock demo's stats");
+            eprintln!("dlock stats: {shown} answered {first:?}, not a dlock demo's stats");
             return Ok(crate::exit::UNAVAILABLE);
         }
     };
@@ -106,7 +108,7 @@ pub(crate) async fn show(from: &str, json: bool) -> Result<u8, Error> {
         return Ok(0);
     }
     let Ok(value) = body.parse::<serde_json::Value>() else {
-        eprintln!("dlock stats: {from} sent no JSON");
+        eprintln!("dlock stats: {shown} sent no JSON");
         return Ok(crate::exit::UNAVAILABLE);
     };
     println!(

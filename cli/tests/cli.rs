@@ -14,6 +14,15 @@ fn dlock() -> Command {
     cmd
 }
 
+/// `dlock ARGS…` started with its standard output piped: the child and its lines, read as
+/// they come.
+fn spawn_reading(args: &[&str]) -> (std::process::Child, impl FnMut() -> String + use<>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = dlock().args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, move || lines.next().expect("a line").expect("utf-8"))
+}
+
 fn run(url: &str, extra: &[&str], command: &[&str]) -> Command {
     let mut cmd = dlock();
     cmd.args(["run", "--backend", url, "--lock", "job"])
@@ -1019,24 +1028,17 @@ fn elect_runs_the_command_and_resigns_with_its_exit_code() {
 
 #[test]
 fn status_watch_prints_a_line_per_look_until_interrupted() {
-    use std::io::{BufRead, BufReader};
     let server = RedisServer::start();
     let url = server.url();
-    let mut watch = dlock()
-        .args([
-            "status",
-            "--backend",
-            &url,
-            "job",
-            "--watch",
-            "--interval",
-            "50ms",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
-    let mut next = || lines.next().expect("a line").expect("utf-8");
+    let (mut watch, mut next) = spawn_reading(&[
+        "status",
+        "--backend",
+        &url,
+        "job",
+        "--watch",
+        "--interval",
+        "50ms",
+    ]);
     assert!(next().contains("free (latest token 0)  waiters 0"));
     let mut holder = run(&url, &[], &["sleep", "30"]).spawn().unwrap();
     // Each look prints a line; the holder shows once its acquire is through.
@@ -1071,22 +1073,16 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn a_demo_serves_its_stats_to_dlock_stats_and_prometheus() {
-    use std::io::{BufRead, BufReader};
-    let mut demo = dlock()
-        .args([
-            "demo",
-            "--workers",
-            "3",
-            "--seconds",
-            "600",
-            "--serve",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
-    let addr = std::iter::repeat_with(|| lines.next().expect("a line").expect("utf-8"))
+    let (mut demo, next) = spawn_reading(&[
+        "demo",
+        "--workers",
+        "3",
+        "--seconds",
+        "600",
+        "--serve",
+        "127.0.0.1:0",
+    ]);
+    let addr = std::iter::repeat_with(next)
         .find_map(|l| {
             l.split("dlock stats --from ")
                 .nth(1)
@@ -1160,4 +1156,16 @@ fn a_demo_serves_its_stats_to_dlock_stats_and_prometheus() {
     }
     let _ = demo.kill();
     let _ = demo.wait();
+
+    // An address nothing answers: exit 69 naming it, without a password typed into it.
+    let out = dlock()
+        .args(["stats", "--from", "ops:hunter2@127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("ops:***@127.0.0.1:1") && !err.contains("hunter2"),
+        "{err}"
+    );
 }
