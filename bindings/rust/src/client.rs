@@ -10,11 +10,11 @@ use dlock_core::{
     Op, OpId, Protocol, Response, Wait,
 };
 use dlock_core::{LockStatus, Stats};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::Error;
-use crate::driver::{Call, Driver, Granted, Waiter};
+use crate::driver::{Call, Driver, Granted, HoldSignal, Waiter};
 use crate::machine::MachineFactory;
 use crate::transport::{Backend, Transport};
 
@@ -557,7 +557,7 @@ impl LockBuilder {
             span.record("fencing_token", g.tokens);
             let hold = tracing::debug_span!("hold", lock = %name, fencing_token = g.tokens);
             Guard {
-                held: Held::new(client, g.hold, g.lost, g.valid, hold),
+                held: Held::new(client, g.hold, g.signal, hold),
                 name,
                 fencing_token: g.tokens,
             }
@@ -686,7 +686,7 @@ impl MultiLockBuilder {
         Ok(granted.map(|g| {
             let hold = tracing::debug_span!("hold", locks = ?g.tokens);
             MultiGuard {
-                held: Held::new(client, g.hold, g.lost, g.valid, hold),
+                held: Held::new(client, g.hold, g.signal, hold),
                 members: g.tokens,
             }
         }))
@@ -712,39 +712,31 @@ impl Drop for CancelOnDrop {
 struct Held {
     client: Client,
     hold: HoldId,
-    lost: watch::Receiver<Option<LostReason>>,
-    /// Until when it is valid: moved on by each renewal.
-    valid: watch::Receiver<tokio::time::Instant>,
+    /// Its validity (moved on by each renewal) and its loss.
+    signal: Arc<HoldSignal>,
     released: bool,
     /// The `hold` span: from the grant until the guard goes (its release a child of it).
     span: tracing::Span,
 }
 
 impl Held {
-    fn new(
-        client: Client,
-        hold: HoldId,
-        lost: watch::Receiver<Option<LostReason>>,
-        valid: watch::Receiver<tokio::time::Instant>,
-        span: tracing::Span,
-    ) -> Self {
+    fn new(client: Client, hold: HoldId, signal: Arc<HoldSignal>, span: tracing::Span) -> Self {
         Held {
             client,
             hold,
-            lost,
-            valid,
+            signal,
             released: false,
             span,
         }
     }
 
     fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some()
+        self.signal.lost().is_some()
     }
 
     fn lost_signal(&self) -> LostSignal {
         LostSignal {
-            lost: self.lost.clone(),
+            signal: self.signal.clone(),
         }
     }
 
@@ -771,7 +763,7 @@ impl Held {
     async fn release(mut self) -> Result<(), Error> {
         let span = tracing::debug_span!(parent: &self.span, "release");
         self.released = true;
-        if let Some(reason) = self.lost.borrow().clone() {
+        if let Some(reason) = self.signal.lost() {
             return Err(Error::Lost(reason));
         }
         let (reply, done) = oneshot::channel();
@@ -848,7 +840,7 @@ impl Guard {
     /// holder's stops by then. Renewals move it on; [`lost`](Self::lost) fires when it
     /// passes without one.
     pub fn valid_until(&self) -> tokio::time::Instant {
-        *self.held.valid.borrow()
+        self.held.signal.valid_until()
     }
 
     /// Renews now with `lease`, which later renewals keep using.
@@ -879,7 +871,7 @@ impl MultiGuard {
 
     /// Until when every lock is valid (the earliest of theirs); see [`Guard::valid_until`].
     pub fn valid_until(&self) -> tokio::time::Instant {
-        *self.held.valid.borrow()
+        self.held.signal.valid_until()
     }
 
     /// The fencing token of lock `name`, if it is one of this multi-lock's.
@@ -921,7 +913,6 @@ pub struct SharedGuard {
     held: Arc<tokio::sync::Mutex<Option<Held>>>,
     hold: HoldId,
     lost: LostSignal,
-    valid: watch::Receiver<tokio::time::Instant>,
     /// One lock's name and token, or a multi-lock's in canonical order.
     members: Arc<[Member]>,
 }
@@ -947,7 +938,6 @@ impl SharedGuard {
         SharedGuard {
             hold: held.hold,
             lost: held.lost_signal(),
-            valid: held.valid.clone(),
             members: members.into(),
             held: Arc::new(tokio::sync::Mutex::new(Some(held))),
         }
@@ -974,7 +964,7 @@ impl SharedGuard {
 
     /// Until when it is valid; see [`Guard::valid_until`].
     pub fn valid_until(&self) -> tokio::time::Instant {
-        *self.valid.borrow()
+        self.lost.signal.valid_until()
     }
 
     /// True while held: not released, not lost.
@@ -1002,20 +992,18 @@ impl SharedGuard {
 /// Tells when a held lock is lost; see [`Guard::lost_signal`].
 #[derive(Debug, Clone)]
 pub struct LostSignal {
-    lost: watch::Receiver<Option<LostReason>>,
+    signal: Arc<HoldSignal>,
 }
 
 impl LostSignal {
     /// Why the lock was lost, if it was.
     pub fn reason(&self) -> Option<LostReason> {
-        self.lost.borrow().clone()
+        self.signal.lost()
     }
 
     /// Completes with the reason when the lock is lost, or with `None` once it has been
     /// released (it can no longer be lost).
     pub async fn wait(&self) -> Option<LostReason> {
-        let mut lost = self.lost.clone();
-        let reason = lost.wait_for(Option::is_some).await.map(|r| r.clone());
-        reason.unwrap_or_else(|_| lost.borrow().clone())
+        self.signal.ended().await
     }
 }

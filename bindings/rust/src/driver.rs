@@ -12,7 +12,7 @@ use dlock_core::{
 };
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::Error;
 use crate::machine::{Machine, MachineError};
@@ -24,9 +24,67 @@ use crate::transport::{Pending, Transport};
 pub(crate) struct Granted<T> {
     pub(crate) hold: HoldId,
     pub(crate) tokens: T,
-    pub(crate) lost: watch::Receiver<Option<LostReason>>,
-    /// Until when the hold is valid, as its renewals move it on.
-    pub(crate) valid: watch::Receiver<tokio::time::Instant>,
+    pub(crate) signal: Arc<HoldSignal>,
+}
+
+/// What the guards of one hold hear from the driver: until when it is valid (each renewal
+/// moves it on) and how it ended — lost, with the reason, or released, after which it can no
+/// longer be lost. One allocation per hold, shared by the driver and every guard of it.
+#[derive(Debug)]
+pub(crate) struct HoldSignal {
+    valid: std::sync::Mutex<tokio::time::Instant>,
+    /// Set once: `Some(reason)` lost, `None` released (or the driver gone).
+    ended: std::sync::OnceLock<Option<LostReason>>,
+    ending: Notify,
+}
+
+impl HoldSignal {
+    fn new(valid: tokio::time::Instant) -> Self {
+        Self {
+            valid: std::sync::Mutex::new(valid),
+            ended: std::sync::OnceLock::new(),
+            ending: Notify::new(),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> tokio::time::Instant {
+        *self
+            .valid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_valid(&self, t: tokio::time::Instant) {
+        *self
+            .valid
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = t;
+    }
+
+    /// Why the hold was lost, if it was.
+    pub(crate) fn lost(&self) -> Option<LostReason> {
+        self.ended.get().cloned().flatten()
+    }
+
+    /// Lost for `reason`, or released (`None`); the first end stands.
+    fn end(&self, reason: Option<LostReason>) {
+        let _ = self.ended.set(reason);
+        self.ending.notify_waiters();
+    }
+
+    /// Completes when the hold ends: with the reason it was lost, or `None` once released.
+    pub(crate) async fn ended(&self) -> Option<LostReason> {
+        loop {
+            let notified = self.ending.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Listening before looking: an end between the look and the wait still wakes it.
+            notified.as_mut().enable();
+            if let Some(end) = self.ended.get() {
+                return end.clone();
+            }
+            notified.await;
+        }
+    }
 }
 
 pub(crate) type GrantReply<T> = oneshot::Sender<Result<Option<Granted<T>>, Error>>;
@@ -111,13 +169,7 @@ pub(crate) struct Driver {
     inputs: mpsc::UnboundedReceiver<Input>,
     ids: Arc<AtomicU64>,
     waiting: BTreeMap<OpId, Waiter>,
-    holds: BTreeMap<HoldId, Signals>,
-}
-
-/// What the guards of one hold hear from the driver: its loss, and its local validity.
-struct Signals {
-    lost: watch::Sender<Option<LostReason>>,
-    valid: watch::Sender<tokio::time::Instant>,
+    holds: BTreeMap<HoldId, Arc<HoldSignal>>,
 }
 
 impl Driver {
@@ -158,8 +210,8 @@ impl Driver {
 
     /// Hold `hold` is valid until `t` now (a renewal or an extend moved it on).
     fn valid(&self, hold: HoldId, t: Instant) {
-        if let Some(signals) = self.holds.get(&hold) {
-            signals.valid.send_replace(self.at(t));
+        if let Some(signal) = self.holds.get(&hold) {
+            signal.set_valid(self.at(t));
         }
     }
 
@@ -222,8 +274,8 @@ impl Driver {
         for (_, waiter) in std::mem::take(&mut self.waiting) {
             waiter.fail(Error::Machine(e.0.clone()));
         }
-        for (_, signals) in std::mem::take(&mut self.holds) {
-            let _ = signals.lost.send(Some(LostReason::Closed));
+        for (_, signal) in std::mem::take(&mut self.holds) {
+            signal.end(Some(LostReason::Closed));
         }
     }
 
@@ -269,17 +321,15 @@ impl Driver {
     /// acquire future was dropped) it is given back.
     fn granted<T>(&mut self, reply: GrantReply<T>, hold: HoldId, tokens: T, valid: Instant) {
         let valid = self.at(valid);
-        let signals = self.holds.entry(hold).or_insert_with(|| Signals {
-            lost: watch::channel(None).0,
-            valid: watch::channel(valid).0,
-        });
-        signals.valid.send_replace(valid);
-        let (lost, valid) = (signals.lost.subscribe(), signals.valid.subscribe());
+        let signal = self
+            .holds
+            .entry(hold)
+            .or_insert_with(|| Arc::new(HoldSignal::new(valid)));
+        signal.set_valid(valid);
         let granted = Granted {
             hold,
             tokens,
-            lost,
-            valid,
+            signal: signal.clone(),
         };
         if let Err(Ok(Some(granted))) = reply.send(Ok(Some(granted))) {
             let op = OpId(self.ids.fetch_add(1, Ordering::Relaxed));
@@ -329,8 +379,10 @@ impl Driver {
             }
             (Event::Released { hold, count, .. }, Some(Waiter::Done(reply))) => {
                 tracing::debug!(hold = hold.0, count, "released");
-                if count == 0 {
-                    self.holds.remove(&hold);
+                if count == 0
+                    && let Some(signal) = self.holds.remove(&hold)
+                {
+                    signal.end(None);
                 }
                 if let Some(reply) = reply {
                     let _ = reply.send(Ok(()));
@@ -376,11 +428,20 @@ impl Driver {
                     reason = crate::error::reason_text(&reason),
                     "lock lost"
                 );
-                if let Some(signals) = self.holds.remove(&hold) {
-                    let _ = signals.lost.send(Some(reason));
+                if let Some(signal) = self.holds.remove(&hold) {
+                    signal.end(Some(reason));
                 }
             }
             (event, _) => tracing::error!(?event, "event with no matching command"),
+        }
+    }
+}
+
+impl Drop for Driver {
+    /// Whatever stops the driver, no guard waits for an end that cannot come.
+    fn drop(&mut self) {
+        for signal in self.holds.values() {
+            signal.end(None);
         }
     }
 }

@@ -73,7 +73,8 @@ impl<H> Held<H> {
 
 #[derive(Clone, Debug)]
 pub(crate) struct Tenures<B: Backend> {
-    by_seq: BTreeMap<u64, Tenure<B>>,
+    /// Boxed: a map's nodes keep room for entries they do not hold, and a tenure is large.
+    by_seq: BTreeMap<u64, Box<Tenure<B>>>,
     /// (kind, name, owner) → tenure, for reentrancy and for "already waiting".
     slots: BTreeMap<(Kind, String, u64), u64>,
     /// Pending acquire op → tenure, for cancel.
@@ -98,20 +99,20 @@ impl<B: Backend> Tenures<B> {
         if let State::Pending(w) = &tenure.state {
             self.acquires.insert(w.op, seq);
         }
-        self.by_seq.insert(seq, tenure);
+        self.by_seq.insert(seq, Box::new(tenure));
     }
 
     pub(crate) fn get(&self, seq: u64) -> Option<&Tenure<B>> {
-        self.by_seq.get(&seq)
+        self.by_seq.get(&seq).map(|t| &**t)
     }
 
     pub(crate) fn get_mut(&mut self, seq: u64) -> Option<&mut Tenure<B>> {
-        self.by_seq.get_mut(&seq)
+        self.by_seq.get_mut(&seq).map(|t| &mut **t)
     }
 
     /// Every tenure, pending or held.
     pub(crate) fn all(&self) -> impl Iterator<Item = &Tenure<B>> {
-        self.by_seq.values()
+        self.by_seq.values().map(|t| &**t)
     }
 
     pub(crate) fn seqs(&self) -> Vec<u64> {
@@ -154,7 +155,7 @@ impl<B: Backend> Tenures<B> {
     }
 
     pub(crate) fn pending(&self, seq: u64) -> Option<&Waiting<B::Pending>> {
-        match self.by_seq.get(&seq) {
+        match self.get(seq) {
             Some(Tenure {
                 state: State::Pending(w),
                 ..
@@ -164,7 +165,7 @@ impl<B: Backend> Tenures<B> {
     }
 
     pub(crate) fn pending_mut(&mut self, seq: u64) -> Option<&mut Waiting<B::Pending>> {
-        match self.by_seq.get_mut(&seq) {
+        match self.get_mut(seq) {
             Some(Tenure {
                 state: State::Pending(w),
                 ..
@@ -174,7 +175,7 @@ impl<B: Backend> Tenures<B> {
     }
 
     pub(crate) fn held(&self, seq: u64) -> Option<&Held<B::Held>> {
-        match self.by_seq.get(&seq) {
+        match self.get(seq) {
             Some(Tenure {
                 state: State::Held(h),
                 ..
@@ -184,7 +185,7 @@ impl<B: Backend> Tenures<B> {
     }
 
     pub(crate) fn held_mut(&mut self, seq: u64) -> Option<&mut Held<B::Held>> {
-        match self.by_seq.get_mut(&seq) {
+        match self.get_mut(seq) {
             Some(Tenure {
                 state: State::Held(h),
                 ..
@@ -195,7 +196,7 @@ impl<B: Backend> Tenures<B> {
 
     /// Removes a tenure and everything in the index that points at it.
     pub(crate) fn remove(&mut self, seq: u64) -> Option<Tenure<B>> {
-        let t = self.by_seq.remove(&seq)?;
+        let t = *self.by_seq.remove(&seq)?;
         if let Some(slot) = slot(&t) {
             self.slots.remove(&slot);
         }

@@ -127,16 +127,17 @@ pub(crate) struct Keys {
     pub(crate) leads: bool,
 }
 
-/// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock.
+/// What a tenure holds: a lock, a permit of a semaphore, or a hold of a read-write lock. The
+/// other primitives' keys are boxed: a lock's tenure, the common one, stays small.
 #[derive(Clone, Debug)]
 pub(crate) enum Target {
     Lock,
     Permit {
-        keys: SemaphoreKeys,
+        keys: Box<SemaphoreKeys>,
         permits: u32,
     },
     Rw {
-        keys: RwKeys,
+        keys: Box<RwKeys>,
         write: bool,
         /// A read hold beside the same owner's write hold: that hold's owner token.
         downgrade: Option<String>,
@@ -707,7 +708,13 @@ impl<W: Wire> Backend for Redis<W> {
             Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
             Kind::Semaphore { permits } => {
                 let keys = SemaphoreKeys::new(&a.name);
-                (keys.lock_keys(&token), Target::Permit { keys, permits })
+                (
+                    keys.lock_keys(&token),
+                    Target::Permit {
+                        keys: Box::new(keys),
+                        permits,
+                    },
+                )
             }
             Kind::Read | Kind::Write => {
                 let keys = RwKeys::new(&a.name);
@@ -724,7 +731,7 @@ impl<W: Wire> Backend for Redis<W> {
                 };
                 let lock_keys = keys.lock_keys(&token, write);
                 let target = Target::Rw {
-                    keys,
+                    keys: Box::new(keys),
                     write,
                     downgrade,
                 };
