@@ -26,7 +26,15 @@ Measured:
   processes) the hand-off latency is the time from a release, while another process was
   waiting, to the next acquisition; the wait is the time from asking for the lock to getting
   it; fairness is max/min acquisitions per worker. Cycles of the first second (warm-up) do
-  not count.
+  not count;
+- a hot lock: the same W processes take one lock over and over, holding it 0 ms and working
+  0 ms outside it: acquisitions per second, hand-off p50 and p99, fairness;
+- server capacity (Redis): 64 tasks of one client process (threads in Python and Java) take
+  1,000 distinct locks, each task its own share so that nobody waits, for S seconds; the
+  server's CPU (``INFO cpu``, user + system) per cycle and the commands it ran
+  (``INFO commandstats``, reset before each run). One Redis core carries 1 / (CPU per cycle)
+  cycles per second whatever the clients can send; the cycles per second measured are the
+  client's.
 
 The servers run on the first CPU and every client on the others, so that every round trip
 crosses CPUs (as it crosses machines in production) and every library meets the same costs.
@@ -64,6 +72,7 @@ from conftest import MariadbServer, PostgresServer  # noqa: E402 (the tests' own
 RESULTS = ROOT / "bench" / "results"
 HOLD_US = 1000
 WORKERS = (2, 8, 16)
+CAPACITY_TASKS, CAPACITY_LOCKS = 64, 1000
 ROUNDS = 3
 WARMUP = 1.0
 # Servers on the first CPU, every client on the others: a round trip then always crosses
@@ -97,6 +106,8 @@ class Impl:
     uncontended: Dict[str, float] = field(default_factory=dict)
     handoff: Dict[int, Dict[str, float]] = field(default_factory=dict)
     distributions: Dict[int, List[float]] = field(default_factory=dict)
+    hot: Dict[int, Dict[str, float]] = field(default_factory=dict)
+    capacity: Dict[str, object] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -248,16 +259,18 @@ def handoffs(timelines: List[List[Tuple[int, int, int]]]) -> Tuple[List[float], 
     return latencies, [len(t) for t in timelines]
 
 
-def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
+def contend(impl: Impl, url: str, workers: int, seconds: float, hot: bool = False) -> None:
+    """W processes on one lock: each holds it 1 ms and works W ms outside (a hot lock: 0 and
+    0). Fills ``impl.handoff[W]`` (``impl.hot[W]``)."""
     directory = Path(tempfile.mkdtemp(prefix="dlock-bench-"))
-    name = f"bench-handoff-{impl.lib}-{impl.language}-{workers}".lower()
-    outside_us = HOLD_US * workers
+    name = f"bench-{'hot' if hot else 'handoff'}-{impl.lib}-{impl.language}-{workers}".lower()
+    hold_us, outside_us = (0, 0) if hot else (HOLD_US, HOLD_US * workers)
     procs = []
     try:
         for w in range(workers):
             out = directory / f"worker-{w}"
             procs.append(subprocess.Popen(
-                impl.command + ["contend", impl.lib, url, name, str(out), str(WARMUP + seconds), str(HOLD_US), str(outside_us)],
+                impl.command + ["contend", impl.lib, url, name, str(out), str(WARMUP + seconds), str(hold_us), str(outside_us)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=on_clients,
             ))
         deadline = time.monotonic() + 120
@@ -289,8 +302,9 @@ def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
     latencies, counts = handoffs(timelines)  # type: ignore[arg-type]
     waits = [(acq - req) / 1e6 for timeline in timelines for req, acq, _ in timeline]
     holds = [(rel - acq) / 1e6 for timeline in timelines for _, acq, rel in timeline]
-    impl.handoff[workers] = {
+    (impl.hot if hot else impl.handoff)[workers] = {
         "acquisitions": sum(counts),
+        "rate": sum(counts) / seconds,
         "p50": pct(latencies, 0.5),
         "p99": pct(latencies, 0.99),
         "wait p50": pct(waits, 0.5),
@@ -299,7 +313,43 @@ def contend(impl: Impl, url: str, workers: int, seconds: float) -> None:
         "fairness": max(counts) / max(min(counts), 1),
         "hold p50": pct(holds, 0.5),
     }
-    impl.distributions[workers] = latencies
+    if not hot:
+        impl.distributions[workers] = latencies
+
+
+def server_capacity(impl: Impl, url: str, seconds: float) -> None:
+    """64 tasks, 1,000 locks, nobody waiting: the cycles, and what they cost redis-server."""
+    import redis  # in the bench's venv (redis-py is a peer)
+
+    server = redis.Redis.from_url(url)
+
+    def cpu() -> float:
+        info = server.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    server.config_resetstat()
+    before = cpu()
+    prefix = f"bench-capacity-{impl.lib}-{impl.language}".lower()
+    result = run_json(
+        impl.command + ["capacity", impl.lib, url, prefix, str(seconds), str(CAPACITY_TASKS), str(CAPACITY_LOCKS)],
+        timeout=seconds + 300,
+    )
+    used = cpu() - before
+    stats = server.info("commandstats")
+    server.close()
+    cycles = int(result["cycles"])
+    commands = sorted(
+        ((k.removeprefix("cmdstat_"), v) for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config|resetstat")),
+        key=lambda kv: -float(kv[1]["usec"]),
+    )
+    impl.capacity = {
+        "rate": cycles / float(result["seconds"]),
+        "cpu per cycle": used / max(cycles, 1) * 1e6,
+        "server busy": used / float(result["seconds"]),
+        "commands": ", ".join(
+            f"{name} ×{int(v['calls']) / max(cycles, 1):.2f} ({float(v['usec_per_call']):.1f} µs)" for name, v in commands[:3]
+        ),
+    }
 
 
 def version(command: List[str], pattern: str = r"(\d+\.\d+(\.\d+)?)") -> str:
@@ -398,11 +448,53 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
                 f"{fmt(h['p50'] / yard(impl.backend), 2)} | {fmt(h['wait p50'], 2)} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} | "
                 f"{fmt(h['hold p50'], 3)} |"
             )
+    lines += [
+        "",
+        "## A hot lock",
+        "",
+        "W processes take one lock over and over, holding it 0 ms and working 0 ms outside it.",
+        "",
+        "| library | language | backend | workers | acquisitions/s | / dlock Rust | hand-off p50 (ms) | p99 (ms) | wait p99 (ms) | fairness max/min |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for workers in WORKERS:
+        for impl in impls:
+            h = impl.hot.get(workers)
+            if impl.skipped or not h:
+                continue
+            base = find("dlock", "Rust", impl.backend)
+            base_rate = base.hot[workers]["rate"] if base and workers in base.hot else float("nan")
+            lines.append(
+                f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {workers} | {h['rate']:.0f} | "
+                f"{fmt(h['rate'] / base_rate, 2)} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
+            )
+    capacity = [i for i in impls if i.capacity and not i.skipped]
+    if capacity:
+        lines += [
+            "",
+            "## Server capacity (Redis)",
+            "",
+            f"{CAPACITY_TASKS} tasks of one client process take {CAPACITY_LOCKS:,} distinct locks, nobody waiting. "
+            "Server CPU: redis-server's user + system time per acquire + release cycle; one Redis core carries "
+            "1 s / that. Server busy: its CPU time over the run's time (1.0 = the core was saturated; below it, the "
+            "client was the limit). Commands: per cycle, with the server's time per call.",
+            "",
+            "| library | language | cycles/s (client) | server busy | server CPU per cycle (µs) | cycles/s one core carries | / cheapest peer | commands per cycle |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        peers = [i.capacity["cpu per cycle"] for i in capacity if not i.dlock]
+        cheapest = min(peers) if peers else float("nan")
+        for impl in capacity:
+            c = impl.capacity
+            lines.append(
+                f"| {impl.label} | {impl.language} | {c['rate']:.0f} | {fmt(c['server busy'], 2)} | {fmt(c['cpu per cycle'], 1)} | "
+                f"{1e6 / c['cpu per cycle']:.0f} | {fmt(cheapest / c['cpu per cycle'], 2)} | {c['commands']} |"
+            )
     skipped = [f"- {i.label} ({i.language}): {i.skipped}" for i in impls if i.skipped]
     if skipped:
         lines += ["", "Skipped:", ""] + skipped
 
-    # The targets of issue 12, read off the numbers above.
+    # The targets (issues 12 and 26), read off the numbers above.
     def ratio(a: Optional[Impl], b: Optional[Impl], key: str = "p50", workers: Optional[int] = None) -> float:
         if not a or not b:
             return float("nan")
@@ -413,13 +505,23 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
     if not rust:  # the targets are Redis's
         return "\n".join(lines) + "\n", ""
     fairness = max((i.handoff[w]["fairness"] for i in impls if i.dlock for w in i.handoff), default=float("nan"))
+    peer_hot = max((i.hot[8]["rate"] for i in impls if not i.dlock and i.backend == "redis" and 8 in i.hot), default=float("nan"))
+    hot_fairness = max((i.hot[w]["fairness"] for i in impls if i.dlock and i.backend == "redis" for w in i.hot), default=float("nan"))
+    dlock_capacity = max((i.capacity["cpu per cycle"] for i in impls if i.dlock and i.capacity), default=float("nan"))
+    peer_capacity = min((i.capacity["cpu per cycle"] for i in impls if not i.dlock and i.capacity), default=float("nan"))
     targets = [
-        ("uncontended Rust cycle / 2 EVALSHA round trips", rust.uncontended["p50"] / (2 * evalsha) if rust else float("nan"), "≤ 1.10", lambda x: x <= 1.10),
+        ("uncontended Rust cycle / rslock cycle", ratio(rust, find("rslock", "Rust", "redis")), "≤ 1.05", lambda x: x <= 1.05),
+        ("uncontended Rust cycle / 2 EVALSHA round trips", rust.uncontended["p50"] / (2 * evalsha) if rust else float("nan"), "≤ 1.20", lambda x: x <= 1.20),
+        ("Wasm engine cycle / native cycle", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust), "≤ 1.05", lambda x: x <= 1.05),
+        ("Node cycle / node-redlock cycle", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis")), "≤ 0.95", lambda x: x <= 0.95),
+        ("hot lock, 8 processes: dlock Rust acquisitions/s / best peer's", rust.hot.get(8, {}).get("rate", float("nan")) / peer_hot, "≥ 2", lambda x: x >= 2),
+        ("hot lock: dlock fairness, worst row (Redis)", hot_fairness, "≤ 1.05", lambda x: x <= 1.05),
+        ("server capacity: dlock cycles per core / cheapest peer's", peer_capacity / dlock_capacity, "≥ 0.7", lambda x: x >= 0.7),
         ("hand-off p50 / EVALSHA round trip (Rust, 8 workers)", rust.handoff[8]["p50"] / evalsha if rust and 8 in rust.handoff else float("nan"), "≤ 1", lambda x: x <= 1),
         ("redis-py Lock hand-off / dlock (Python, 8 workers)", ratio(find("redis-py Lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "≥ 50", lambda x: x >= 50),
         ("python-redis-lock hand-off / dlock (Python, 8 workers)", ratio(find("python-redis-lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "> 1", lambda x: x > 1),
-        ("Python cycle / Rust cycle", ratio(find("dlock", "Python", "redis"), rust), "≤ 1.15", lambda x: x <= 1.15),
-        ("Node cycle / Rust cycle", ratio(find("dlock", "Node", "redis"), rust), "≤ 1.15", lambda x: x <= 1.15),
+        ("Python cycle / Rust cycle", ratio(find("dlock", "Python", "redis"), rust), "≤ 1.10", lambda x: x <= 1.10),
+        ("Node cycle / Rust cycle", ratio(find("dlock", "Node", "redis"), rust), "≤ 1.10", lambda x: x <= 1.10),
         ("dlock fairness, worst row", fairness, "≤ 1.2", lambda x: x <= 1.2),
     ]
     lines += ["", "## Targets", "", "| target | measured | goal | met |", "| --- | ---: | ---: | --- |"]
@@ -431,8 +533,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         f"Measured by `just bench` on {time.strftime('%Y-%m-%d')} ({machine()}); full table: "
         "[bench/results/latest.md](bench/results/latest.md).",
         "",
-        "| library | language | backend | uncontended p50 (ms) | hand-off p50, 8 workers (ms) | wait p99, 8 workers (ms) | fairness, 8 workers |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| library | language | backend | uncontended p50 (ms) | hand-off p50, 8 workers (ms) | wait p99, 8 workers (ms) | fairness, 8 workers | hot lock, 8 workers (acquisitions/s) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for impl in impls:
         if impl.skipped:
@@ -441,7 +543,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         summary.append(
             f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | "
             f"{fmt(impl.uncontended.get('p50', float('nan')))} | {fmt(h.get('p50', float('nan')))} | "
-            f"{fmt(h.get('wait p99', float('nan')), 1)} | {fmt(h.get('fairness', float('nan')), 2)} |"
+            f"{fmt(h.get('wait p99', float('nan')), 1)} | {fmt(h.get('fairness', float('nan')), 2)} | "
+            f"{impl.hot.get(8, {}).get('rate', float('nan')):.0f} |"
         )
     return full, "\n".join(summary) + "\n"
 
@@ -543,6 +646,35 @@ def main() -> None:
                     f"hand-off p50 {fmt(h['p50'])} ms p99 {fmt(h['p99'])} ms ({h['samples']} hand-offs), fairness {h['fairness']:.2f}",
                     flush=True,
                 )
+        for workers in WORKERS:
+            for impl in impls:
+                if impl.skipped:
+                    continue
+                try:
+                    contend(impl, urls[impl.backend], workers, args.seconds, hot=True)
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    print(f"{impl.label} ({impl.language}) hot x{workers} failed: {e}", flush=True)
+                    continue
+                h = impl.hot[workers]
+                print(
+                    f"{impl.label:>30} {impl.language:>6} {impl.backend:>8} hot x{workers:<2}: {h['rate']:7.0f} acquisitions/s, "
+                    f"hand-off p50 {fmt(h['p50'])} ms p99 {fmt(h['p99'])} ms, fairness {h['fairness']:.2f}",
+                    flush=True,
+                )
+        for impl in impls:
+            if impl.skipped or impl.backend != "redis":
+                continue
+            try:
+                server_capacity(impl, urls["redis"], args.seconds)
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                print(f"{impl.label} ({impl.language}) capacity failed: {e}", flush=True)
+                continue
+            c = impl.capacity
+            print(
+                f"{impl.label:>30} {impl.language:>6} capacity: {c['rate']:7.0f} cycles/s, "
+                f"server {c['cpu per cycle']:.1f} µs per cycle ({c['commands']})",
+                flush=True,
+            )
     finally:
         for server in servers:
             server.kill()

@@ -1,6 +1,7 @@
 // The Node worker of `just bench` (bench/bench.py runs it), with the command line of the Rust
-// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N` and
-// `contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`.
+// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N`,
+// `contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US` and
+// `capacity LIB URL PREFIX SECONDS TASKS LOCKS` (TASKS async loops of one client).
 //
 // Libraries, each with its defaults: `dlock` (the package built in node/) and `node-redlock`
 // (v4 on ioredis: retries every 200 ms ± 200 ms jitter, 10 times per call; the worker calls
@@ -14,20 +15,26 @@ import Redlock from 'redlock'
 const require = createRequire(import.meta.url)
 const { connect } = require('../../node/index.js')
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+// A blocking sleep to the microsecond (a timer rounds up to the millisecond); nothing is
+// held while the worker sleeps, and the addon's own thread goes on.
+const blocked = new Int32Array(new SharedArrayBuffer(4))
+const sleepPrecisely = (ms) => Atomics.wait(blocked, 0, 0, ms)
 const now = () => process.hrtime.bigint()
 
-/** Acquire (waiting as long as it takes) -> the release function. */
-async function library(lib, url, name) {
+/** Acquire lock `name` (waiting as long as it takes) -> the release function. */
+async function library(lib, url) {
   if (lib === 'dlock') {
-    const lock = (await connect(url)).lock(name, { leaseMs: 10_000 })
-    return async () => {
-      const held = await lock.acquire()
+    const client = await connect(url)
+    const locks = new Map()
+    return async (name) => {
+      if (!locks.has(name)) locks.set(name, client.lock(name, { leaseMs: 10_000 }))
+      const held = await locks.get(name).acquire()
       return () => held.release()
     }
   }
   if (lib === 'node-redlock') {
     const redlock = new Redlock([new Redis(new URL(url).port, '127.0.0.1')])
-    return async () => {
+    return async (name) => {
       for (;;) {
         try {
           const lock = await redlock.lock(name, 10_000)
@@ -42,15 +49,35 @@ async function library(lib, url, name) {
 }
 
 const [mode, lib, url, name] = process.argv.slice(2)
-const acquire = await library(lib, url, name)
-if (mode === 'uncontended') {
+const acquire = await library(lib, url)
+if (mode === 'capacity') {
+  // TASKS loops take disjoint shares of LOCKS locks over and over for SECONDS.
+  const [seconds, tasks, locks] = process.argv.slice(6).map(Number)
+  const start = now()
+  const deadline = start + BigInt(Math.round(seconds * 1e9))
+  const loop = async (task) => {
+    let cycles = 0
+    const names = []
+    for (let i = task; i < locks; i += tasks) names.push(`${name}/${i}`)
+    while (names.length && now() < deadline) {
+      for (const lock of names) {
+        await (await acquire(lock))()
+        cycles++
+      }
+    }
+    return cycles
+  }
+  const counts = await Promise.all(Array.from({ length: tasks }, (_, t) => loop(t)))
+  const cycles = counts.reduce((a, b) => a + b, 0)
+  console.log(JSON.stringify({ cycles, seconds: Number(now() - start) / 1e9 }))
+} else if (mode === 'uncontended') {
   const n = Number(process.argv[6])
-  await (await acquire())()
+  await (await acquire(name))()
   const samples = []
   const start = now()
   for (let i = 0; i < n; i++) {
     const t = now()
-    await (await acquire())()
+    await (await acquire(name))()
     samples.push(Number(now() - t))
   }
   console.log(JSON.stringify({ samples, total: Number(now() - start) }))
@@ -62,7 +89,7 @@ if (mode === 'uncontended') {
   const lines = []
   while (now() < deadline) {
     const requested = now()
-    const release = await acquire()
+    const release = await acquire(name)
     const acquired = now()
     // Held for exactly holdUs (a spin on the monotonic clock: a timer rounds 1 ms up).
     const until = acquired + BigInt(holdUs) * 1000n
@@ -70,7 +97,7 @@ if (mode === 'uncontended') {
     const released = now()
     await release()
     lines.push(`${requested} ${acquired} ${released}\n`)
-    await sleep(Number(outsideUs) / 1000)
+    sleepPrecisely(Number(outsideUs) / 1000)
   }
   writeFileSync(out, lines.join(''))
 }

@@ -1,4 +1,4 @@
-//! `just bench-many [N]`: one client holding N locks (default 10,000) on its own redis-server.
+//! `just bench-many [N]`: one client holding N locks (default 100,000) on its own redis-server.
 //! Reports, side by side in one run:
 //!
 //! - renewal traffic: scripts the server ran per renewal period while the client held the N
@@ -69,7 +69,7 @@ async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
 async fn main() {
     let n: usize = std::env::args()
         .nth(1)
-        .map_or(10_000, |a| a.parse().expect("N is a number"));
+        .map_or(100_000, |a| a.parse().expect("N is a number"));
     let server = dlock_testkit::RedisServer::start();
     let mut con = redis::Client::open(server.url())
         .expect("url")
@@ -145,12 +145,14 @@ async fn main() {
          | acquire + release p50 / p99, before the {n} were taken | {idle_p50:.3} / {idle_p99:.3} ms |\n\
          | the same, by the client holding the {n} | {held_p50:.3} / {held_p99:.3} ms |\n\
          | the same, by another client at the same time | {other_p50:.3} / {other_p99:.3} ms |\n\
-         | holding client ÷ other client, p50 | {p50_ratio:.2}× |\n",
+         | holding client ÷ other client, p50 | {p50_ratio:.2}× |\n\
+         | holding client with the {n} ÷ before, p50 | {held_ratio:.2}× |\n",
         lease = LEASE.as_secs(),
         period_ms = period.as_millis(),
         acq = acquired_in.as_secs_f64(),
         locks_per = n as f64 / per_period,
         p50_ratio = held_p50 / other_p50,
+        held_ratio = held_p50 / idle_p50,
     );
     print!("{report}");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/many.md");

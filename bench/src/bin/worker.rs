@@ -14,6 +14,12 @@
 //!   `OUT.ready` and waits for a file `go` beside OUT; then for SECONDS it acquires (waiting
 //!   as long as it takes), holds HOLD_US, releases and works OUTSIDE_US outside the lock, and
 //!   writes one line `t_request t_acquired t_released` (CLOCK_MONOTONIC ns) per cycle to OUT.
+//!   The hold is a spin on the monotonic clock and the work outside a thread sleep (nanosleep):
+//!   tokio's timer would round either up to the next millisecond.
+//! - `worker capacity LIB URL PREFIX SECONDS TASKS LOCKS`: TASKS tasks of one client take
+//!   locks `PREFIX/0` … `PREFIX/LOCKS-1` over and over for SECONDS, task t the locks i with
+//!   i mod TASKS = t, so that no two tasks ever want one lock (what the server carries, not
+//!   the waiting); prints `{"cycles": n, "seconds": s}`.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -21,7 +27,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 type Release = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>>>;
-type Acquire = Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Release>>>>;
+/// Acquires lock NAME (waiting as long as it takes) → its release.
+type Acquire = Box<dyn FnMut(&str) -> Pin<Box<dyn Future<Output = Release>>>>;
 
 fn now_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
@@ -35,8 +42,7 @@ fn print_samples(key: &str, samples: &[u64]) -> String {
 }
 
 /// Acquire (waiting as long as it takes) → the release, for one library.
-async fn library(lib: &str, url: &str, name: &str) -> Acquire {
-    let name = name.to_owned();
+async fn library(lib: &str, url: &str) -> Acquire {
     match lib {
         "dlock" | "dlock-wasm" => {
             let mut builder = dlock::Client::builder(url);
@@ -47,8 +53,8 @@ async fn library(lib: &str, url: &str, name: &str) -> Acquire {
                 builder = builder.machine(component.factory());
             }
             let client = builder.connect().await.expect("connects");
-            Box::new(move || {
-                let lock = client.lock(&name).lease(Duration::from_secs(10));
+            Box::new(move |name| {
+                let lock = client.lock(name).lease(Duration::from_secs(10));
                 Box::pin(async move {
                     let guard = lock.acquire().await.expect("acquires");
                     Box::new(move || {
@@ -60,8 +66,8 @@ async fn library(lib: &str, url: &str, name: &str) -> Acquire {
         }
         "rslock" => {
             let manager = std::rc::Rc::new(rslock::LockManager::new(vec![url.to_owned()]));
-            Box::new(move || {
-                let (manager, name) = (manager.clone(), name.clone());
+            Box::new(move |name| {
+                let (manager, name) = (manager.clone(), name.to_owned());
                 Box::pin(async move {
                     let lock = manager
                         .acquire_no_guard(name.as_bytes(), Duration::from_secs(10))
@@ -78,8 +84,8 @@ async fn library(lib: &str, url: &str, name: &str) -> Acquire {
         // the yardstick of what the database can do.
         "pg_advisory_lock" => {
             let client = std::rc::Rc::new(postgres(url).await);
-            Box::new(move || {
-                let (client, name) = (client.clone(), name.clone());
+            Box::new(move |name| {
+                let (client, name) = (client.clone(), name.to_owned());
                 Box::pin(async move {
                     let take = "SELECT pg_advisory_lock(hashtext($1))";
                     client.execute(take, &[&name]).await.expect("locks");
@@ -96,8 +102,8 @@ async fn library(lib: &str, url: &str, name: &str) -> Acquire {
             use mysql_async::prelude::Queryable;
             let conn = mysql_async::Conn::from_url(url).await.expect("connects");
             let conn = std::rc::Rc::new(tokio::sync::Mutex::new(conn));
-            Box::new(move || {
-                let (conn, name) = (conn.clone(), name.clone());
+            Box::new(move |name| {
+                let (conn, name) = (conn.clone(), name.to_owned());
                 Box::pin(async move {
                     let take = "SELECT GET_LOCK(?, 3600)";
                     let got: Option<i64> = conn
@@ -197,6 +203,7 @@ async fn rtt(url: &str, n: usize) -> String {
 
 async fn contend(
     mut acquire: Acquire,
+    name: &str,
     out: &Path,
     seconds: f64,
     hold: Duration,
@@ -213,7 +220,7 @@ async fn contend(
     let mut lines = String::new();
     while now_ns() < deadline {
         let requested = now_ns();
-        let release = acquire().await;
+        let release = acquire(name).await;
         let acquired = now_ns();
         // Held for exactly `hold` (a spin on the monotonic clock: tokio's timer rounds 1 ms up
         // to about 2).
@@ -223,9 +230,45 @@ async fn contend(
         let released = now_ns();
         release().await;
         lines.push_str(&format!("{requested} {acquired} {released}\n"));
-        tokio::time::sleep(outside).await;
+        // Nothing is held: blocking the thread (the client's driver with it) costs nothing.
+        std::thread::sleep(outside);
     }
     std::fs::write(out, lines).expect("writable");
+}
+
+/// `tasks` loops of acquire + release over disjoint shares of `locks` locks, for `seconds`:
+/// the cycles done and the seconds they took.
+async fn capacity(
+    acquire: Acquire,
+    prefix: &str,
+    seconds: f64,
+    tasks: u64,
+    locks: u64,
+) -> (u64, f64) {
+    let acquire = std::cell::RefCell::new(acquire);
+    let start = now_ns();
+    let deadline = start + (seconds * 1e9) as u64;
+    let loops = (0..tasks).map(|task| {
+        let acquire = &acquire;
+        async move {
+            let mut cycles = 0;
+            for i in (task..locks).step_by(tasks as usize).cycle() {
+                if now_ns() >= deadline {
+                    break;
+                }
+                let name = format!("{prefix}/{i}");
+                let taken = acquire.borrow_mut()(&name);
+                (taken.await)().await;
+                cycles += 1;
+            }
+            cycles
+        }
+    });
+    let cycles = futures_util::future::join_all(loops)
+        .await
+        .into_iter()
+        .sum();
+    (cycles, (now_ns() - start) as f64 / 1e9)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -240,14 +283,14 @@ async fn main() {
     match arg(0) {
         "rtt" => println!("{}", rtt(arg(1), num(2) as usize).await),
         "uncontended" => {
-            let mut acquire = library(arg(1), arg(2), arg(3)).await;
-            (acquire().await)().await; // warm up: scripts loaded, connections open
+            let (mut acquire, name) = (library(arg(1), arg(2)).await, arg(3));
+            (acquire(name).await)().await; // warm up: scripts loaded, connections open
             let n = num(4) as usize;
             let mut samples = Vec::with_capacity(n);
             let start = now_ns();
             for _ in 0..n {
                 let t = now_ns();
-                (acquire().await)().await;
+                (acquire(name).await)().await;
                 samples.push(now_ns() - t);
             }
             let total = now_ns() - start;
@@ -257,10 +300,18 @@ async fn main() {
             );
         }
         "contend" => {
-            let acquire = library(arg(1), arg(2), arg(3)).await;
+            let acquire = library(arg(1), arg(2)).await;
             let seconds: f64 = arg(5).parse().expect("seconds");
             let micros = |i| Duration::from_micros(num(i));
-            contend(acquire, Path::new(arg(4)), seconds, micros(6), micros(7)).await;
+            let out = Path::new(arg(4));
+            contend(acquire, arg(3), out, seconds, micros(6), micros(7)).await;
+        }
+        "capacity" => {
+            let acquire = library(arg(1), arg(2)).await;
+            let seconds: f64 = arg(4).parse().expect("seconds");
+            let (tasks, locks) = (num(5), num(6));
+            let (cycles, took) = capacity(acquire, arg(3), seconds, tasks, locks).await;
+            println!("{{\"cycles\": {cycles}, \"seconds\": {took}}}");
         }
         other => panic!("unknown mode {other}"),
     }

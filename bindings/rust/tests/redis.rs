@@ -399,6 +399,48 @@ async fn max_hold_bounds_the_watchdog() {
     );
 }
 
+/// Every handle on a hold hears how it ended, once: a release as `None`, a loss with its
+/// reason, whether it listened before or after; and renewals move the validity it reports.
+#[tokio::test]
+async fn a_lost_signal_tells_every_handle_how_the_hold_ended() {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let lock = client.lock("signal").lease(Duration::from_secs(10));
+    let guard = lock.acquire().await.unwrap();
+    let before = guard.valid_until();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(
+        guard.valid_until() > before,
+        "an extend moves the validity on"
+    );
+    let (early, late) = (guard.lost_signal(), guard.lost_signal());
+    let listening = tokio::spawn(async move { early.wait().await });
+    guard.release().await.unwrap();
+    assert_eq!(
+        listening.await.unwrap(),
+        None,
+        "released: it can no longer be lost"
+    );
+    assert_eq!(late.wait().await, None);
+    assert_eq!(late.reason(), None);
+
+    let guard = client
+        .lock("signal")
+        .max_hold(100 * MS)
+        .acquire()
+        .await
+        .unwrap();
+    let signal = guard.lost_signal();
+    assert_eq!(signal.wait().await, Some(LostReason::MaxHold));
+    assert_eq!(guard.lost_signal().wait().await, Some(LostReason::MaxHold));
+    assert!(guard.is_lost());
+    assert_eq!(guard.lost().await, LostReason::MaxHold);
+    assert!(matches!(
+        guard.release().await,
+        Err(Error::Lost(LostReason::MaxHold))
+    ));
+}
+
 #[tokio::test]
 async fn extend_raises_the_lease() {
     let server = RedisServer::start();

@@ -9,6 +9,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Function;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
@@ -31,7 +33,8 @@ import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 
 /**
  * The JVM worker of {@code just bench}, with the command line of bench/src/bin/worker.rs:
- * {@code uncontended LIB URL NAME N} and {@code contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US}.
+ * {@code uncontended LIB URL NAME N}, {@code contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US} and
+ * {@code capacity LIB URL PREFIX SECONDS TASKS LOCKS} (TASKS threads of one client).
  * Libraries, each with its defaults: {@code redisson} (RLock with a 10 s lease, woken by
  * pub/sub), {@code curator} (InterProcessMutex on ZooKeeper), and on {@code postgres://} or
  * {@code mysql://} URLs (a HikariCP pool): {@code jdbc-lock-registry} (Spring Integration's
@@ -47,15 +50,17 @@ public final class Worker {
         void release() throws Exception;
     }
 
-    static Lock library(String lib, String url, String name) throws Exception {
+    /** One client of the library, and the lock of each name on it. */
+    static Function<String, Lock> library(String lib, String url) throws Exception {
         int port = URI.create(url).getPort();
         switch (lib) {
             case "redisson": {
                 Config config = new Config();
                 config.useSingleServer().setAddress("redis://127.0.0.1:" + port);
                 RedissonClient client = Redisson.create(config);
-                RLock lock = client.getLock(name);
-                return new Lock() {
+                return name -> new Lock() {
+                    final RLock lock = client.getLock(name);
+
                     public void acquire() {
                         lock.lock(10, TimeUnit.SECONDS);
                     }
@@ -70,8 +75,9 @@ public final class Worker {
                         "127.0.0.1:" + port, new ExponentialBackoffRetry(100, 3));
                 client.start();
                 client.blockUntilConnected();
-                InterProcessMutex mutex = new InterProcessMutex(client, "/curator/" + name);
-                return new Lock() {
+                return name -> new Lock() {
+                    final InterProcessMutex mutex = new InterProcessMutex(client, "/curator/" + name);
+
                     public void acquire() throws Exception {
                         mutex.acquire();
                     }
@@ -94,8 +100,10 @@ public final class Worker {
                 repository.setTransactionManager(new DataSourceTransactionManager(ds));
                 repository.afterPropertiesSet();
                 repository.afterSingletonsInstantiated();
-                java.util.concurrent.locks.Lock lock = new JdbcLockRegistry(repository).obtain(name);
-                return new Lock() {
+                JdbcLockRegistry registry = new JdbcLockRegistry(repository);
+                return name -> new Lock() {
+                    final java.util.concurrent.locks.Lock lock = registry.obtain(name);
+
                     public void acquire() {
                         lock.lock();
                     }
@@ -117,7 +125,7 @@ public final class Worker {
                         JdbcTemplateLockProvider.Configuration.builder()
                                 .withJdbcTemplate(new JdbcTemplate(ds))
                                 .build());
-                return new Lock() {
+                return name -> new Lock() {
                     SimpleLock held;
 
                     public void acquire() throws InterruptedException {
@@ -157,8 +165,49 @@ public final class Worker {
         return new HikariDataSource(config);
     }
 
+    /** TASKS threads take disjoint shares of LOCKS locks over and over for SECONDS. */
+    static void capacity(Function<String, Lock> locks, String prefix, double seconds, int tasks, int count)
+            throws Exception {
+        long start = System.nanoTime();
+        long deadline = start + (long) (seconds * 1e9);
+        AtomicLong cycles = new AtomicLong();
+        List<Thread> threads = new ArrayList<>();
+        for (int t = 0; t < tasks; t++) {
+            List<Lock> mine = new ArrayList<>();
+            for (int i = t; i < count; i += tasks) {
+                mine.add(locks.apply(prefix + "/" + i));
+            }
+            Thread thread = new Thread(() -> {
+                try {
+                    while (!mine.isEmpty() && System.nanoTime() < deadline) {
+                        for (Lock lock : mine) {
+                            lock.acquire();
+                            lock.release();
+                            cycles.incrementAndGet();
+                        }
+                    }
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        for (Thread thread : threads) {
+            thread.join();
+        }
+        double took = (System.nanoTime() - start) / 1e9;
+        System.out.println("{\"cycles\": " + cycles.get() + ", \"seconds\": " + took + "}");
+    }
+
     public static void main(String[] args) throws Exception {
-        Lock lock = library(args[1], args[2], args[3]);
+        Function<String, Lock> locks = library(args[1], args[2]);
+        if (args[0].equals("capacity")) {
+            capacity(locks, args[3], Double.parseDouble(args[4]), Integer.parseInt(args[5]),
+                    Integer.parseInt(args[6]));
+            System.exit(0);
+        }
+        Lock lock = locks.apply(args[3]);
         if (args[0].equals("uncontended")) {
             int n = Integer.parseInt(args[4]);
             for (int i = 0; i < Math.max(n / 5, 200); i++) { // JIT warm-up
