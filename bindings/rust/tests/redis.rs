@@ -49,7 +49,7 @@ async fn mutual_exclusion_across_clients_and_tasks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_are_exact_after_a_scripted_sequence() {
     let server = RedisServer::start();
-    common::stats_after_a_script(&server.url(), 1).await;
+    common::stats_after_a_script(&server.url()).await;
 }
 
 #[tokio::test]

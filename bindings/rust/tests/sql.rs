@@ -46,9 +46,6 @@ trait Db: Sized {
     fn all_tls(&self) -> bool;
     /// The TLS server also takes plain connections.
     const TAKES_PLAIN: bool;
-    /// A release wakes the next waiter, which takes the hand-off at once and renews it
-    /// (PostgreSQL's NOTIFY); otherwise the waiter finds it at its next look (MariaDB).
-    const WAKES: bool;
     /// Takes lock `name` for `token` for `lease_ms` behind dlock's back with `function`
     /// (`acquire`, or `permit_acquire` with `count` the number of permits): its fencing token.
     fn acquire_raw(
@@ -93,7 +90,6 @@ impl Db for PostgresServer {
         self.psql("SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dlock'") == "t"
     }
     const TAKES_PLAIN: bool = true;
-    const WAKES: bool = true;
     const NOW: &'static str = "now()";
     fn ms_from_now(ms: u64) -> String {
         format!("now() + interval '{ms} milliseconds'")
@@ -162,7 +158,6 @@ impl Db for MariadbServer {
         self.sql("SELECT @@require_secure_transport") == "1"
     }
     const TAKES_PLAIN: bool = false;
-    const WAKES: bool = false;
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
     fn ms_from_now(ms: u64) -> String {
         format!("UTC_TIMESTAMP(6) + INTERVAL {} MICROSECOND", ms * 1000)
@@ -329,7 +324,7 @@ on_both!(
 /// The stats test every host runs (`common::stats_after_a_script`).
 async fn stats_are_exact_after_a_scripted_sequence<D: Db>() {
     let db = D::start();
-    common::stats_after_a_script(&db.url(), u64::from(D::WAKES)).await;
+    common::stats_after_a_script(&db.url()).await;
 }
 
 async fn mutual_exclusion_and_increasing_tokens_across_clients<D: Db>() {

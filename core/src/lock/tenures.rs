@@ -3,7 +3,8 @@
 //! acquire is pending.
 
 use core::time::Duration;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::lock::Backend;
 use crate::status::HoldInfo;
@@ -75,8 +76,10 @@ impl<H> Held<H> {
 pub(crate) struct Tenures<B: Backend> {
     /// Boxed: a map's nodes keep room for entries they do not hold, and a tenure is large.
     by_seq: BTreeMap<u64, Box<Tenure<B>>>,
-    /// (kind, name, owner) → tenure, for reentrancy and for "already waiting".
-    slots: BTreeMap<(Kind, String, u64), u64>,
+    /// (kind, name, owner) → tenure, for reentrancy and for "already waiting": the hash of
+    /// the three and the tenure, which a lookup checks against the tenure itself, so that the
+    /// index keeps no copy of the name.
+    slots: BTreeSet<(u64, u64)>,
     /// Pending acquire op → tenure, for cancel.
     acquires: BTreeMap<OpId, u64>,
 }
@@ -85,7 +88,7 @@ impl<B: Backend> Tenures<B> {
     pub(crate) fn new() -> Self {
         Self {
             by_seq: BTreeMap::new(),
-            slots: BTreeMap::new(),
+            slots: BTreeSet::new(),
             acquires: BTreeMap::new(),
         }
     }
@@ -94,7 +97,7 @@ impl<B: Backend> Tenures<B> {
     /// from now on; a permit is never reentered.
     pub(crate) fn insert(&mut self, seq: u64, tenure: Tenure<B>) {
         if let Some(slot) = slot(&tenure) {
-            self.slots.insert(slot, seq);
+            self.slots.insert((slot, seq));
         }
         if let State::Pending(w) = &tenure.state {
             self.acquires.insert(w.op, seq);
@@ -146,7 +149,14 @@ impl<B: Backend> Tenures<B> {
 
     /// The tenure of `owner` of `kind` on `name`, pending or held.
     pub(crate) fn slot(&self, kind: Kind, name: &str, owner: u64) -> Option<u64> {
-        self.slots.get(&(kind, name.to_owned(), owner)).copied()
+        let hash = slot_hash(kind, name, owner);
+        self.slots
+            .range((hash, 0)..=(hash, u64::MAX))
+            .map(|&(_, seq)| seq)
+            .find(|seq| {
+                self.get(*seq)
+                    .is_some_and(|t| t.kind == kind && t.owner == owner && t.name == name)
+            })
     }
 
     /// The tenure whose acquire `op` is pending.
@@ -198,7 +208,7 @@ impl<B: Backend> Tenures<B> {
     pub(crate) fn remove(&mut self, seq: u64) -> Option<Tenure<B>> {
         let t = *self.by_seq.remove(&seq)?;
         if let Some(slot) = slot(&t) {
-            self.slots.remove(&slot);
+            self.slots.remove(&(slot, seq));
         }
         if let State::Pending(w) = &t.state {
             self.acquires.remove(&w.op);
@@ -244,6 +254,14 @@ impl<B: Backend> Tenures<B> {
 }
 
 /// Where a reentrant tenure is found; a permit has no place (every acquire is a new one).
-fn slot<B: Backend>(t: &Tenure<B>) -> Option<(Kind, String, u64)> {
-    (!matches!(t.kind, Kind::Semaphore { .. })).then(|| (t.kind, t.name.clone(), t.owner))
+fn slot<B: Backend>(t: &Tenure<B>) -> Option<u64> {
+    (!matches!(t.kind, Kind::Semaphore { .. })).then(|| slot_hash(t.kind, &t.name, t.owner))
+}
+
+/// The slot of (kind, name, owner) in the index: a hash with fixed keys, so that the engine
+/// stays deterministic (two slots may share one; [`Tenures::slot`] tells them apart).
+fn slot_hash(kind: Kind, name: &str, owner: u64) -> u64 {
+    let mut h = DefaultHasher::new();
+    (kind, name, owner).hash(&mut h);
+    h.finish()
 }

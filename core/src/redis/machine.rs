@@ -117,8 +117,8 @@ impl Wire for Lua {
 /// What a Redis tenure is on the server.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
-    /// The lock's keys; for a permit or a read-write hold, `lock` is the hold's own hash.
-    pub(crate) keys: LockKeys,
+    /// What it holds; its keys follow from that and the lock's name when a request is built
+    /// ([`Keys::lock_keys`]), so that a held lock keeps no strings of its own here.
     pub(crate) target: Target,
     /// How its acquires and its final release treat waiters.
     pub(crate) fairness: Fairness,
@@ -145,9 +145,20 @@ pub(crate) enum Target {
 }
 
 impl Keys {
-    /// The (PERMIT- or RW-)ACQUIRE of tenure `token` at `count` levels.
+    /// The keys of tenure `token` on lock `name`, in the order the lock's scripts take them;
+    /// for a permit or a read-write hold, `lock` is the hold's own hash.
+    pub(crate) fn lock_keys(&self, name: &str, token: &str) -> LockKeys {
+        match &self.target {
+            Target::Lock => LockKeys::new(name),
+            Target::Permit { keys, .. } => keys.lock_keys(token),
+            Target::Rw { keys, write, .. } => keys.lock_keys(token, *write),
+        }
+    }
+
+    /// The (PERMIT- or RW-)ACQUIRE of tenure `token` of lock `name` at `count` levels.
     fn acquire(
         &self,
+        name: &str,
         token: &str,
         lease: Duration,
         count: u32,
@@ -156,7 +167,7 @@ impl Keys {
     ) -> RedisOp {
         match &self.target {
             Target::Lock => redis::acquire(
-                &self.keys,
+                &LockKeys::new(name),
                 token,
                 lease,
                 count,
@@ -179,20 +190,20 @@ impl Keys {
         }
     }
 
-    /// The RELEASE down to `count` levels (a permit has one).
-    fn release(&self, token: &str, count: u32) -> RedisOp {
+    /// The RELEASE of tenure `token` of lock `name` down to `count` levels (a permit has one).
+    fn release(&self, name: &str, token: &str, count: u32) -> RedisOp {
         match &self.target {
-            Target::Lock if self.leads && count == 0 => redis::resign(&self.keys, token),
-            Target::Lock => redis::release(&self.keys, token, count, self.fairness),
+            Target::Lock if self.leads && count == 0 => redis::resign(&LockKeys::new(name), token),
+            Target::Lock => redis::release(&LockKeys::new(name), token, count, self.fairness),
             Target::Permit { keys, .. } => redis::permit_release(keys, token, self.fairness),
             Target::Rw { .. } => redis::rw_release(&self.rw_hold(token), count),
         }
     }
 
-    /// The DEQUEUE of a waiter that gives up.
-    fn dequeue(&self, token: &str) -> RedisOp {
+    /// The DEQUEUE of waiter `token` of lock `name`, which gives up.
+    fn dequeue(&self, name: &str, token: &str) -> RedisOp {
         match &self.target {
-            Target::Lock => redis::dequeue(&self.keys, token),
+            Target::Lock => redis::dequeue(&LockKeys::new(name), token),
             Target::Permit { keys, .. } => redis::permit_dequeue(keys, token),
             Target::Rw { .. } => redis::rw_dequeue(&self.rw_hold(token)),
         }
@@ -222,17 +233,13 @@ pub(crate) fn extend<B: Backend>(
     tenures: &Tenures<B>,
     items: &[(u64, Duration)],
     lock_delay: Duration,
-    keys: impl Fn(&B::Tenure) -> &LockKeys,
+    lock: impl Fn(&Tenure<B>) -> String,
 ) -> RedisOp {
     redis::extend(items.iter().map(|(s, lease)| {
         let t = tenures
             .get(*s)
             .expect("a hold being renewed is in the index");
-        (
-            keys(&t.data).lock.as_str(),
-            t.token.as_str(),
-            *lease + lock_delay,
-        )
+        (lock(t), t.token.as_str(), *lease + lock_delay)
     }))
 }
 
@@ -421,6 +428,7 @@ impl<W: Wire> Redis<W> {
     /// ACQUIRE of tenure `t` at `count` levels in `mode`.
     fn acquire_op(&self, t: &Tenure<Self>, count: u32, mode: Mode) -> RedisOp {
         t.data.acquire(
+            &t.name,
             &t.token,
             t.lease + self.lock_delay,
             count,
@@ -431,7 +439,9 @@ impl<W: Wire> Redis<W> {
 
     /// One EXTEND of `items` (hold, lease), over the wire.
     fn extend_op(&self, tenures: &Tenures<Self>, items: &[(u64, Duration)]) -> Op {
-        let req = extend(tenures, items, self.lock_delay, |k| &k.keys);
+        let req = extend(tenures, items, self.lock_delay, |t| {
+            t.data.lock_keys(&t.name, &t.token).lock
+        });
         let names: Vec<&str> = items
             .iter()
             .filter_map(|(s, _)| tenures.get(*s).map(|t| t.name.as_str()))
@@ -654,7 +664,11 @@ impl<W: Wire> Redis<W> {
             Place::Queued { at, latest } if fencing_token > latest => {
                 let valid = valid_until(at, wl);
                 if valid > now {
-                    life.grant(self, seq, Held::new(fencing_token, 1, valid, 0), now);
+                    // Renewed as every hold is, a third of its lease after the request that
+                    // confirmed it (at once if that has passed): a holder that is done by
+                    // then, as under a hot lock, never renews it.
+                    let renew_at = at + wl / 3;
+                    life.grant(self, seq, Held::new(fencing_token, 1, valid, 0), renew_at);
                 } else {
                     self.send_acquire(life, seq);
                 }
@@ -704,20 +718,13 @@ impl<W: Wire> Backend for Redis<W> {
 
     fn tenure(&self, life: &Life<W>, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {
         let token = owner_token(self.client_id, seq);
-        let (keys, target) = match a.kind {
-            Kind::Mutex => (LockKeys::new(&a.name), Target::Lock),
-            Kind::Semaphore { permits } => {
-                let keys = SemaphoreKeys::new(&a.name);
-                (
-                    keys.lock_keys(&token),
-                    Target::Permit {
-                        keys: Box::new(keys),
-                        permits,
-                    },
-                )
-            }
+        let target = match a.kind {
+            Kind::Mutex => Target::Lock,
+            Kind::Semaphore { permits } => Target::Permit {
+                keys: Box::new(SemaphoreKeys::new(&a.name)),
+                permits,
+            },
             Kind::Read | Kind::Write => {
-                let keys = RwKeys::new(&a.name);
                 let write = a.kind == Kind::Write;
                 // A read beside the same owner's write hold: downgrade.
                 let downgrade = if write {
@@ -729,13 +736,11 @@ impl<W: Wire> Backend for Redis<W> {
                         .and_then(|seq| life.tenures.get(seq))
                         .map(|t| t.token.clone())
                 };
-                let lock_keys = keys.lock_keys(&token, write);
-                let target = Target::Rw {
-                    keys: Box::new(keys),
+                Target::Rw {
+                    keys: Box::new(RwKeys::new(&a.name)),
                     write,
                     downgrade,
-                };
-                (lock_keys, target)
+                }
             }
         };
         let fairness = if a.fair {
@@ -753,7 +758,6 @@ impl<W: Wire> Backend for Redis<W> {
             woken: None,
         };
         let keys = Keys {
-            keys,
             target,
             fairness,
             leads: false,
@@ -782,13 +786,15 @@ impl<W: Wire> Backend for Redis<W> {
 
     fn release_level(&mut self, life: &mut Life<W>, op: OpId, seq: u64, count: u32) {
         if let Some(t) = life.tenures.get(seq) {
-            let req = self.wire.op(t.data.release(&t.token, count), &[&t.name]);
+            let req = self
+                .wire
+                .op(t.data.release(&t.name, &t.token, count), &[&t.name]);
             life.send(req, Purpose::Release { seq, op, count });
         }
     }
 
     fn release(&mut self, life: &mut Life<W>, op: OpId, seq: u64, t: Tenure<Self>) {
-        let req = t.data.release(&t.token, 0);
+        let req = t.data.release(&t.name, &t.token, 0);
         self.send(
             life,
             req,
@@ -922,7 +928,7 @@ impl<W: Wire> Backend for Redis<W> {
         if give_back && !life.closed() {
             self.send(
                 life,
-                t.data.release(&t.token, 0),
+                t.data.release(&t.name, &t.token, 0),
                 &[&t.name],
                 Purpose::Cleanup,
             );
@@ -931,7 +937,12 @@ impl<W: Wire> Backend for Redis<W> {
 
     /// Leaves the queue, and passes the lock on if it was already handed to us.
     fn give_up(&mut self, life: &mut Life<W>, t: &Tenure<Self>) {
-        self.send(life, t.data.dequeue(&t.token), &[&t.name], Purpose::Cleanup);
+        self.send(
+            life,
+            t.data.dequeue(&t.name, &t.token),
+            &[&t.name],
+            Purpose::Cleanup,
+        );
     }
 
     const IGNORED: Purpose = Purpose::Cleanup;

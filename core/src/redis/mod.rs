@@ -165,8 +165,8 @@ impl Script {
         let source = [&[PRELUDE][..], helpers, &[body][..]].concat().concat();
         if self == Script::Release && plant::on(Plant::ReleaseTokenMinusOne) {
             let wake =
-                "wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now)))";
-            let planted = "wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now) - 1))";
+                "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms())))";
+            let planted = "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms()) - 1))";
             return source.replace(wake, planted);
         }
         source
@@ -710,7 +710,9 @@ pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
 }
 
 /// One EXTEND for many locks: `(lock key, owner token, lease)` each.
-pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>) -> RedisOp {
+pub fn extend<'a>(
+    locks: impl IntoIterator<Item = (impl Into<String>, &'a str, Duration)>,
+) -> RedisOp {
     per_key(Script::Extend, locks)
 }
 
@@ -718,11 +720,11 @@ pub fn extend<'a>(locks: impl IntoIterator<Item = (&'a str, &'a str, Duration)>)
 /// owner (token or field) and lease in ms.
 pub(crate) fn per_key<'a>(
     script: Script,
-    holds: impl IntoIterator<Item = (&'a str, &'a str, Duration)>,
+    holds: impl IntoIterator<Item = (impl Into<String>, &'a str, Duration)>,
 ) -> RedisOp {
     let (mut keys, mut args) = (Vec::new(), Vec::new());
     for (key, owner, lease) in holds {
-        keys.push(key.to_owned());
+        keys.push(key.into());
         args.push(owner.to_owned());
         args.push(ms(lease));
     }

@@ -669,12 +669,16 @@ impl Backend for Redlock {
 
     fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
         let items = [(seq, lease)];
-        let req = extend(&life.tenures, &items, self.lock_delay, |k| k);
+        let req = extend(&life.tenures, &items, self.lock_delay, |t| {
+            t.data.lock.clone()
+        });
         self.round(life, RoundKind::Extend { op }, &items, req);
     }
 
     fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
-        let req = extend(&life.tenures, items, self.lock_delay, |k| k);
+        let req = extend(&life.tenures, items, self.lock_delay, |t| {
+            t.data.lock.clone()
+        });
         self.round(life, RoundKind::Renew, items, req);
     }
 

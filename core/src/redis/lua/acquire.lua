@@ -16,18 +16,17 @@ if owner == token then
 end
 if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3} end
 
-local now = now_ms()
 if not owner then
-  local head = live_head(queue, waiters, now)
+  local head = live_head(queue, waiters)
   if not head or head == token or barge then
     if head then
       redis.call('LREM', queue, 1, token)
       redis.call('ZREM', waiters, token)
     end
-    return {1, grant(lock, token, fence, now, lease), 1}
+    return {1, grant(lock, token, fence, lease), 1}
   end
 end
 if mode == 'try' then return {0, redis.call('PTTL', lock)} end
 
-local latest = enqueue(queue, waiters, token, now, wlease, fence)
+local latest = enqueue(queue, waiters, token, wlease, fence)
 return {2, redis.call('PTTL', lock), latest}

@@ -6,7 +6,7 @@ local token = ARGV[1]
 
 if redis.call('HGET', lock, 'owner') == token then
   redis.call('DEL', lock)
-  hand_off(lock, fence, queue, waiters, now_ms())
+  hand_off(lock, fence, queue, waiters)
   return 2
 end
 redis.call('LREM', queue, 0, token)

@@ -17,30 +17,29 @@ if redis.call('HGET', permit, 'owner') == token then
 end
 if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3} end
 
-local now = now_ms()
 local held, soonest = live_holders(holders, prefix)
 local set = tonumber(redis.call('GET', capacity) or 0)
 if set ~= permits then
   -- The number of permits is the semaphore's while anyone holds or waits.
-  if held > 0 or live_head(queue, waiters, now) then return {4, set} end
+  if held > 0 or live_head(queue, waiters) then return {4, set} end
   redis.call('SET', capacity, permits)
 end
 local free = permits - held
 if free > 0 and barge then
   redis.call('LREM', queue, 1, token)
   redis.call('ZREM', waiters, token)
-  return {1, grant_permit(prefix, token, fence, holders, now, lease), 1}
+  return {1, grant_permit(prefix, token, fence, holders, lease), 1}
 end
 -- Permits that ran out go to the first waiters (perhaps this one), then to newcomers.
-free = free - hand_permits(prefix, fence, queue, waiters, holders, free, now)
+free = free - hand_permits(prefix, fence, queue, waiters, holders, free)
 if redis.call('HGET', permit, 'owner') == token then
   stretch(permit, lease)
   return {1, tonumber(redis.call('HGET', permit, 'fence')), 1}
 end
 if free > 0 then
-  return {1, grant_permit(prefix, token, fence, holders, now, lease), 1}
+  return {1, grant_permit(prefix, token, fence, holders, lease), 1}
 end
 held, soonest = live_holders(holders, prefix)
 if mode == 'try' then return {0, soonest} end
 
-return {2, soonest, enqueue(queue, waiters, token, now, wlease, fence)}
+return {2, soonest, enqueue(queue, waiters, token, wlease, fence)}

@@ -7,7 +7,7 @@ local token = ARGV[1]
 local prefix = string.sub(permit, 1, #permit - #token)
 
 if redis.call('HGET', permit, 'owner') == token then
-  give_back(permit, token, fence, queue, waiters, holders, capacity, prefix, 'fair', now_ms())
+  give_back(permit, token, fence, queue, waiters, holders, capacity, prefix, 'fair')
   return 2
 end
 redis.call('LREM', queue, 0, token)

@@ -8,5 +8,5 @@ local token = ARGV[1]
 local prefix = string.sub(permit, 1, #permit - #token)
 
 if redis.call('HGET', permit, 'owner') ~= token then return {0} end
-local handed = give_back(permit, token, fence, queue, waiters, holders, capacity, prefix, ARGV[2], now_ms())
+local handed = give_back(permit, token, fence, queue, waiters, holders, capacity, prefix, ARGV[2])
 return {2, handed}

@@ -1,19 +1,25 @@
 -- dlock Redis protocol v1: helpers shared by every script that can free a lock.
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] queue list, KEYS[4] waiter zset.
 
--- Server time in milliseconds. Only the server's clock is ever used for shared state.
+-- Server time in milliseconds. Only the server's clock is ever used for shared state. It is
+-- read once per script, and only by a script that needs it (a release with nobody queued
+-- does not): every helper below asks for it where it compares or grants.
+local clock
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
 
 -- Drops queue heads whose waiter lease has run out; returns the live head and its deadline.
-local function live_head(queue, waiters, now)
+local function live_head(queue, waiters)
   while true do
     local head = redis.call('LINDEX', queue, 0)
     if not head then return nil end
     local deadline = redis.call('ZSCORE', waiters, head)
-    if deadline and tonumber(deadline) > now then return head, tonumber(deadline) end
+    if deadline and tonumber(deadline) > now_ms() then return head, tonumber(deadline) end
     redis.call('LPOP', queue)
     redis.call('ZREM', waiters, head)
   end
@@ -21,10 +27,11 @@ end
 
 -- The fencing token of a new tenure: one more than the last, and never less than the server
 -- time in ms × 1000, so tokens keep growing past a restart or failover that lost the counter.
-local function next_token(fence, now)
+local function next_token(fence)
   local token = redis.call('INCR', fence)
-  if token < now * 1000 then
-    token = now * 1000
+  local floor = now_ms() * 1000
+  if token < floor then
+    token = floor
     redis.call('SET', fence, string.format('%.0f', token))
   end
   return token
@@ -32,8 +39,8 @@ end
 
 -- Makes `owner` the holder of `lock` (a lock's hash, or a semaphore's permit) in a new tenure
 -- that lives `ttl` ms; returns its fencing token.
-local function grant(lock, owner, fence, now, ttl)
-  local token = next_token(fence, now)
+local function grant(lock, owner, fence, ttl)
+  local token = next_token(fence)
   redis.call('HSET', lock, 'owner', owner, 'count', 1, 'fence', string.format('%.0f', token))
   redis.call('PEXPIRE', lock, ttl)
   return token
@@ -45,8 +52,8 @@ local function wake(head, word)
 end
 
 -- Takes the first live waiter out of the queue: its token and its waiter deadline.
-local function pop_head(queue, waiters, now)
-  local head, deadline = live_head(queue, waiters, now)
+local function pop_head(queue, waiters)
+  local head, deadline = live_head(queue, waiters)
   if head then
     redis.call('LPOP', queue)
     redis.call('ZREM', waiters, head)
@@ -56,24 +63,24 @@ end
 
 -- Hands a free lock to the first live waiter: a new tenure with a new fencing token that
 -- lives exactly as long as that waiter's lease, then wakes only that waiter.
-local function hand_off(lock, fence, queue, waiters, now)
-  local head, deadline = pop_head(queue, waiters, now)
+local function hand_off(lock, fence, queue, waiters)
+  local head, deadline = pop_head(queue, waiters)
   if not head then return 0 end
-  wake(head, string.format('%.0f', grant(lock, head, fence, now, deadline - now)))
+  wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms())))
   return 1
 end
 
 -- Wakes the first live waiter of a lock freed without a hand-off, to come and take it.
-local function wake_head(queue, waiters, now)
-  local head = live_head(queue, waiters, now)
+local function wake_head(queue, waiters)
+  local head = live_head(queue, waiters)
   if head then wake(head, 'free') end
 end
 
--- Queues `token` (or renews its place) until `now + wlease`, keeping the queue that long at
+-- Queues `token` (or renews its place) until the server time + `wlease`, keeping the queue that long at
 -- least; returns the latest fencing token of `fence`.
-local function enqueue(queue, waiters, token, now, wlease, fence)
+local function enqueue(queue, waiters, token, wlease, fence)
   if not redis.call('ZSCORE', waiters, token) then redis.call('RPUSH', queue, token) end
-  redis.call('ZADD', waiters, now + wlease, token)
+  redis.call('ZADD', waiters, now_ms() + wlease, token)
   if redis.call('PTTL', queue) < wlease then
     redis.call('PEXPIRE', queue, wlease)
     redis.call('PEXPIRE', waiters, wlease)

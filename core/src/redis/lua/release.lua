@@ -11,7 +11,7 @@ if count > 0 then
 end
 redis.call('DEL', lock)
 if ARGV[3] == 'free' then
-  wake_head(queue, waiters, now_ms())
+  wake_head(queue, waiters)
   return {2, 0}
 end
-return {2, hand_off(lock, fence, queue, waiters, now_ms())}
+return {2, hand_off(lock, fence, queue, waiters)}

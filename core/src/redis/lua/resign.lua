@@ -7,6 +7,6 @@ local token = ARGV[1]
 if redis.call('HGET', lock, 'owner') ~= token then return {0} end
 local term = redis.call('HGET', lock, 'fence')
 redis.call('DEL', lock)
-local handed = hand_off(lock, fence, queue, waiters, now_ms())
+local handed = hand_off(lock, fence, queue, waiters)
 redis.call('PUBLISH', string.sub(lock, 1, -5) .. 'leader', term)
 return {2, handed}

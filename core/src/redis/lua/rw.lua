@@ -7,22 +7,22 @@
 -- Hands the lock to the first live waiters, as hand_off does: a waiting writer once neither
 -- a writer nor a reader holds, or every waiting reader up to the first waiting writer while
 -- no writer holds. Returns how many were handed the lock.
-local function hand_rw(fence, queue, waiters, readers, writer, modes, prefix, now)
+local function hand_rw(fence, queue, waiters, readers, writer, modes, prefix)
   if redis.call('EXISTS', writer) == 1 then return 0 end
   local held = live_holders(readers, prefix)
   local handed = 0
   while true do
-    local head = live_head(queue, waiters, now)
+    local head = live_head(queue, waiters)
     if not head then break end
     local want = redis.call('HGET', modes, head)
     if want == 'write' and held > 0 then break end
-    local _, deadline = pop_head(queue, waiters, now)
+    local _, deadline = pop_head(queue, waiters)
     redis.call('HDEL', modes, head)
     local token
     if want == 'write' then
-      token = grant(writer, head, fence, now, deadline - now)
+      token = grant(writer, head, fence, deadline - now_ms())
     else
-      token = grant(prefix .. head, head, fence, now, deadline - now)
+      token = grant(prefix .. head, head, fence, deadline - now_ms())
       redis.call('ZADD', readers, string.format('%.0f', token), head)
       held = held + 1
     end

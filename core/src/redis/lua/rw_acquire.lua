@@ -21,13 +21,12 @@ local held = ours()
 if held then return held end
 if mode == 'refresh' and not redis.call('ZSCORE', waiters, token) then return {3} end
 
-local now = now_ms()
 -- Holders that ran out make way for the first waiters (perhaps this one).
-hand_rw(fence, queue, waiters, readers, writer, modes, prefix, now)
+hand_rw(fence, queue, waiters, readers, writer, modes, prefix)
 held = ours()
 if held then return held end
 
-local head = live_head(queue, waiters, now)
+local head = live_head(queue, waiters)
 local first = not head or head == token
 local writing = redis.call('HGET', writer, 'owner')
 local take
@@ -40,8 +39,8 @@ if take then
   redis.call('LREM', queue, 1, token)
   redis.call('ZREM', waiters, token)
   redis.call('HDEL', modes, token)
-  if want == 'write' then return {1, grant(writer, token, fence, now, lease), 1} end
-  local f = grant(own, token, fence, now, lease)
+  if want == 'write' then return {1, grant(writer, token, fence, lease), 1} end
+  local f = grant(own, token, fence, lease)
   redis.call('ZADD', readers, string.format('%.0f', f), token)
   return {1, f, 1}
 end
@@ -49,7 +48,7 @@ local _, _, last = live_holders(readers, prefix)
 local pttl = writing and redis.call('PTTL', writer) or last
 if mode == 'try' then return {0, pttl} end
 
-local latest = enqueue(queue, waiters, token, now, wlease, fence)
+local latest = enqueue(queue, waiters, token, wlease, fence)
 redis.call('HSET', modes, token, want)
 if redis.call('PTTL', modes) < wlease then redis.call('PEXPIRE', modes, wlease) end
 return {2, pttl, latest}

@@ -9,7 +9,7 @@ local prefix = string.sub(writer, 1, #writer - 5) .. 'read:'
 if redis.call('HGET', own, 'owner') == token then
   redis.call('DEL', own)
   redis.call('ZREM', readers, token)
-  hand_rw(fence, queue, waiters, readers, writer, modes, prefix, now_ms())
+  hand_rw(fence, queue, waiters, readers, writer, modes, prefix)
   return 2
 end
 redis.call('LREM', queue, 0, token)

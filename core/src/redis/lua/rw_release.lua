@@ -13,4 +13,4 @@ if count > 0 then
 end
 redis.call('DEL', own)
 redis.call('ZREM', readers, token)
-return {2, hand_rw(fence, queue, waiters, readers, writer, modes, prefix, now_ms())}
+return {2, hand_rw(fence, queue, waiters, readers, writer, modes, prefix)}

@@ -10,9 +10,8 @@ local reply = {
   redis.call('PTTL', lock),
   tonumber(redis.call('GET', fence) or 0),
 }
-local now = now_ms()
 for _, waiter in ipairs(redis.call('LRANGE', queue, 0, -1)) do
   local deadline = redis.call('ZSCORE', waiters, waiter)
-  if deadline and tonumber(deadline) > now then table.insert(reply, waiter) end
+  if deadline and tonumber(deadline) > now_ms() then table.insert(reply, waiter) end
 end
 return reply

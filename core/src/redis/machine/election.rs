@@ -62,7 +62,7 @@ impl<W: Wire> Redis<W> {
         self.wire.refuse_value(&value)?;
         t.data.leads = true;
         let req = self.wire.op(
-            redis::proclaim(&t.data.keys, &t.token, term, &value),
+            redis::proclaim(&LockKeys::new(&t.name), &t.token, term, &value),
             &[&t.name],
         );
         life.send(req, Purpose::Proclaim { seq, op });
