@@ -35,7 +35,8 @@ test: setup
     # dlock-component is a Wasm guest: it is built (and tested through dlock-wasmtime) for wasm32 only.
     # The simulation and the model checker run below, in release builds.
     cargo test --workspace --exclude dlock-component --features dlock/metrics --no-fail-fast -- --skip simulation --skip model_check
-    DLOCK_TEST_ENGINE=wasm cargo test -p dlock --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
+    # The same features and packages as the line above, so that its test binaries are reused as built.
+    DLOCK_TEST_ENGINE=wasm cargo test --workspace --exclude dlock-component --features dlock/metrics --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
     just dist
     just dist-check
     just python-test

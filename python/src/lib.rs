@@ -81,7 +81,10 @@ fn block_on<T: Send + 'static>(py: Python<'_>, fut: impl Future<Output = T> + Se
     py.detach(move || {
         rt.block_on(async move {
             tokio::pin!(fut);
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            // The first look at the signals is a period from now: the caller has just left
+            // Python, and taking the GIL back at once would cost every call a switch.
+            let period = Duration::from_millis(50);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             loop {
                 tokio::select! {
                     out = &mut fut => return Ok(out),
