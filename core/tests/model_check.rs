@@ -1091,24 +1091,63 @@ fn model_check() {
     let more_ticks = env("DLOCK_MC_MORE_TICKS").unwrap_or(0) as u32;
     // `DLOCK_MC_ONLY=PostgreSQL`: only the configurations whose name contains it.
     let only = std::env::var("DLOCK_MC_ONLY").unwrap_or_default();
-    for mut model in models().into_iter().filter(|m| m.name().contains(&only)) {
+    let mut models: Vec<Model> = models()
+        .into_iter()
+        .filter(|m| m.name().contains(&only))
+        .collect();
+    for model in &mut models {
         // An election's observer reads at every tick: one more passes 1.5 million states
         // unfinished, and the memory of the machine soon after.
         if model.target != Target::Election {
             model.ticks += more_ticks;
         }
-        let started = std::time::Instant::now();
-        match model.explore(depth, limit) {
-            Ok((states, deepest)) => println!(
-                "model check, {}: {} clients, {} {}, {} ticks: {states} states, depth {deepest}, {:.1} s, 0 violations",
-                model.name(),
-                model.clients,
-                model.faults,
-                if model.pauses { "pause(s)" } else { "fault(s)" },
-                model.ticks,
-                started.elapsed().as_secs_f64()
-            ),
-            Err(violation) => panic!("model check violation, {violation}"),
-        }
+    }
+    // The configurations are independent searches: one per core at a time, each printing its
+    // line when it ends; every configuration runs to its end, and the first violation (in the
+    // list's order) fails the test.
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut violations: Vec<(usize, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(models.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut violations = Vec::new();
+                    loop {
+                        let at = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(model) = models.get(at) else { break };
+                        let started = std::time::Instant::now();
+                        match model.explore(depth, limit) {
+                            Ok((states, deepest)) => println!(
+                                "model check, {}: {} clients, {} {}, {} ticks: {states} states, depth {deepest}, {:.1} s, 0 violations",
+                                model.name(),
+                                model.clients,
+                                model.faults,
+                                if model.pauses { "pause(s)" } else { "fault(s)" },
+                                model.ticks,
+                                started.elapsed().as_secs_f64()
+                            ),
+                            Err(violation) => {
+                                println!("model check, {}: VIOLATION", model.name());
+                                violations.push((at, violation));
+                            }
+                        }
+                    }
+                    violations
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+            .collect()
+    });
+    violations.sort();
+    if let Some((_, violation)) = violations.into_iter().next() {
+        panic!("model check violation, {violation}");
     }
 }
