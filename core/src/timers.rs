@@ -13,7 +13,9 @@ use crate::time::Instant;
 pub(crate) enum Timer<T> {
     /// A request got no reply in time.
     Request(u64),
-    /// A held lock is due for renewal.
+    /// A held lock is due for renewal. A hold has this timer or `Expire`, never both: the
+    /// earlier of its two deadlines (its validity is kept with it, and the expiry is set when
+    /// the renewal is sent).
     Renew(u64),
     /// A held lock's local validity runs out.
     Expire(u64),

@@ -3,9 +3,9 @@
 //!
 //! - renewal traffic: scripts the server ran per renewal period while the client held the N
 //!   locks and did nothing else (`INFO commandstats`), and locks per renewal request;
-//! - client memory per held lock: heap bytes (counted by this binary's allocator) held after
-//!   acquiring the N locks, less before, over N — the engine's state, the driver's and the
-//!   guards';
+//! - client memory per held lock: heap bytes (counted by this binary's allocator) held once
+//!   the N locks are acquired and a round of their renewals has settled (none in flight),
+//!   less before, over N — the engine's state, the driver's and the guards';
 //! - acquire + release latency of one more lock: before the N are taken, and then, in turns
 //!   of 500 cycles, by the client holding the N and by a second client of the same server
 //!   (what the server's load costs, apart from the engine's) — p50 and p99 of 2,000 cycles.
@@ -98,7 +98,6 @@ async fn main() {
         guards.extend(futures_util::future::join_all(acquires).await);
     }
     let acquired_in = started.elapsed();
-    let per_lock = (IN_USE.load(Ordering::Relaxed).saturating_sub(before)) / n;
 
     // Renewal traffic of the N locks alone: from just after one round of renewals, over the
     // next three rounds (a window of 3.5 periods holds exactly three).
@@ -118,6 +117,8 @@ async fn main() {
             break;
         }
     }
+    // Between two rounds, no renewal in flight: what holding the N locks costs.
+    let per_lock = (IN_USE.load(Ordering::Relaxed).saturating_sub(before)) / n;
     tokio::time::sleep(period * rounds + period / 2).await;
     let renewals = scripts_run(&mut con).await - last;
     let per_period = renewals as f64 / f64::from(rounds);

@@ -47,7 +47,7 @@ use crate::types::{
     Acquire, Command, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive,
     Reply, RequestId, Response, Wait,
 };
-use tenures::{Held, State, Tenure, Tenures, Waiting};
+use tenures::{Held, State, Tenure, Tenures, Waiting, Watch};
 
 /// Until when a hold is valid locally: the lease counted from the send of the request that
 /// confirmed it, less the drift allowance.
@@ -120,15 +120,17 @@ pub(crate) trait Backend: Sized + Clone + fmt::Debug {
         asked
     }
 
-    /// A new tenure `seq` for `a`: its owner token, what the backend keeps for it and the
-    /// state its acquire starts in.
+    /// A new tenure for `a`: what the backend keeps for it and the state its acquire starts
+    /// in.
     fn tenure(
         &self,
         life: &Lifecycle<Self>,
         a: &Acquire,
-        seq: u64,
         wait: Wait,
-    ) -> (String, Self::Tenure, Self::Pending);
+    ) -> (Self::Tenure, Self::Pending);
+
+    /// The owner token of tenure `t` on the server.
+    fn token(&self, t: &Tenure<Self>) -> String;
 
     /// Starts the acquire of new tenure `seq`.
     fn start(&mut self, life: &mut Lifecycle<Self>, seq: u64);
@@ -323,20 +325,19 @@ impl<B: Backend> Lifecycle<B> {
         };
         let waited = now.saturating_duration_since(started);
         self.record(seq, Observed::Acquired { waited, handed_off });
-        let (max_hold, lease) = self
-            .tenures
-            .get(seq)
-            .map_or((None, Duration::ZERO), |t| (t.max_hold, t.lease));
+        if B::RENEWS_HOLDS
+            && let Some(h) = self.tenures.held_mut(seq)
+        {
+            h.watch = Watch::Due(renew_at.max(now));
+        }
+        let max_hold = self.tenures.get(seq).and_then(|t| t.max_hold);
         let timers = &mut self.base.timers;
         timers.clear(Timer::WaitDeadline(seq));
         timers.clear(Timer::Backend(B::waiter_timer(seq)));
-        timers.set(Timer::Expire(seq), expire_at(valid_until, lease));
-        if B::RENEWS_HOLDS {
-            timers.set(Timer::Renew(seq), renew_at.max(now));
-        }
         if let Some(max) = max_hold {
             timers.set(Timer::MaxHold(seq), now + max);
         }
+        self.arm(seq);
         b.granted(self, seq);
         self.finish(Event::Acquired {
             op,
@@ -373,14 +374,11 @@ impl<B: Backend> Lifecycle<B> {
             return;
         };
         h.valid_until = h.valid_until.max(valid_until(sent, lease));
-        let (valid_until, renewing) = (h.valid_until, h.renewing);
-        self.base
-            .timers
-            .set(Timer::Expire(seq), expire_at(valid_until, lease));
-        if B::RENEWS_HOLDS && !renewing {
-            let at = (sent + lease / 3).max(now);
-            self.base.timers.set(Timer::Renew(seq), at);
+        if B::RENEWS_HOLDS && h.watch != Watch::Sent {
+            h.watch = Watch::Due((sent + lease / 3).max(now));
         }
+        let valid_until = h.valid_until;
+        self.arm(seq);
         if announce {
             self.event(Event::Renewed {
                 hold: HoldId(seq),
@@ -401,15 +399,16 @@ impl<B: Backend> Lifecycle<B> {
         let Some(h) = self.tenures.held_mut(seq) else {
             return;
         };
-        h.renewing = false;
+        // No longer under way: `renewed` sets when the next is due, or the retry below.
+        h.watch = Watch::Idle;
         match outcome {
             Renewal::Kept => self.renewed(seq, sent, lease, true),
             Renewal::Refused => self.lose(b, seq, LostReason::NotOwner),
             Renewal::Failed => {
+                // Try again soon; the hold's validity decides when it is too late.
+                h.watch = Watch::Due(self.base.now + retry_delay(lease));
                 self.record(seq, Observed::RenewalFailed);
-                // Try again soon; the expiry timer decides when it is too late.
-                let at = self.base.now + retry_delay(lease);
-                self.base.timers.set(Timer::Renew(seq), at);
+                self.arm(seq);
             }
         }
     }
@@ -569,15 +568,22 @@ impl<B: Backend> Lifecycle<B> {
             return Vec::new();
         };
         let now = self.base.now;
+        let horizon = now + t.lease / 6;
         let mut due = vec![seq];
-        due.extend(
-            self.base
-                .timers
-                .take_until(now + t.lease / 6, |timer| match timer {
-                    Timer::Renew(s) => Some(s),
-                    _ => None,
-                }),
-        );
+        // Each hold has one timer: its renewal's, or its expiry's when that comes first (a
+        // retry due after it) — such a hold joins too while still valid. In the order their
+        // renewals are due.
+        let tenures = &self.tenures;
+        let due_at = |s: u64| match tenures.held(s).map(|h| h.watch) {
+            Some(Watch::Due(at)) if at <= horizon => Some((at, s)),
+            _ => None,
+        };
+        let mut picked = self.base.timers.take_until(horizon, |timer| match timer {
+            Timer::Renew(s) | Timer::Expire(s) => due_at(s),
+            _ => None,
+        });
+        picked.sort_unstable();
+        due.extend(picked.into_iter().map(|(_, s)| s));
         let mut items = Vec::with_capacity(due.len());
         for s in due {
             if let Some(Tenure {
@@ -585,14 +591,40 @@ impl<B: Backend> Lifecycle<B> {
                 lease,
                 ..
             }) = self.tenures.get_mut(s)
-                && !h.renewing
-                && h.valid_until > now
+                && let Watch::Due(_) = h.watch
             {
-                h.renewing = true;
-                items.push((s, *lease));
+                if h.valid_until > now {
+                    h.watch = Watch::Sent;
+                    items.push((s, *lease));
+                } else {
+                    h.watch = Watch::Idle;
+                }
             }
+            self.arm(s);
         }
         items
+    }
+
+    /// Sets held `seq`'s one timer to its next deadline: its renewal if one is due by the end
+    /// of its validity, or else that end. Fired, a renewal sends one (or, if the validity has
+    /// run out meanwhile, none) and sets the expiry, which the renewal's answer moves on.
+    fn arm(&mut self, seq: u64) {
+        let Some(Tenure {
+            state: State::Held(h),
+            lease,
+            ..
+        }) = self.tenures.get(seq)
+        else {
+            return;
+        };
+        let expire = expire_at(h.valid_until, *lease);
+        let (timer, other, at) = match h.watch {
+            Watch::Due(renew) if renew <= expire => (Timer::Renew(seq), Timer::Expire(seq), renew),
+            _ => (Timer::Expire(seq), Timer::Renew(seq), expire),
+        };
+        let timers = &mut self.base.timers;
+        timers.clear(other);
+        timers.set(timer, at);
     }
 }
 
@@ -770,25 +802,25 @@ impl<B: Backend> Machine<B> {
             Wait::Until(t) if t <= life.base.now => Wait::No,
             w => w,
         };
-        let (token, data, state) = b.tenure(life, &a, seq, wait);
+        let (data, state) = b.tenure(life, &a, wait);
         let lease = b.lease(lease);
         life.tenures.insert(
             seq,
             Tenure {
                 name: a.name,
+                seq,
                 owner: a.owner,
                 kind: a.kind,
-                token,
                 lease,
                 max_hold,
                 since: life.base.now,
                 data,
-                state: State::Pending(Waiting {
+                state: State::Pending(Box::new(Waiting {
                     op: a.op,
                     wait,
                     waited: false,
                     state,
-                }),
+                })),
             },
         );
         if let Wait::Until(deadline) = wait {

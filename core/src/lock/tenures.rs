@@ -15,11 +15,13 @@ use crate::types::{Kind, OpId, Wait};
 #[derive(Clone, Debug)]
 pub(crate) struct Tenure<B: Backend> {
     pub(crate) name: String,
+    /// Its sequence number: its hold id once held, and with the client id its owner token on
+    /// the server ([`Backend::token`](super::Backend::token)), which is built when a request
+    /// needs it rather than kept.
+    pub(crate) seq: u64,
     pub(crate) owner: u64,
     /// What the application asked for.
     pub(crate) kind: Kind,
-    /// Its owner token on the server.
-    pub(crate) token: String,
     /// The lease the server grants (on ZooKeeper: the session timeout).
     pub(crate) lease: Duration,
     pub(crate) max_hold: Option<Duration>,
@@ -32,7 +34,8 @@ pub(crate) struct Tenure<B: Backend> {
 
 #[derive(Clone, Debug)]
 pub(crate) enum State<B: Backend> {
-    Pending(Waiting<B::Pending>),
+    /// Boxed: a tenure is held far longer than it is pending, and a held one stays small.
+    Pending(Box<Waiting<B::Pending>>),
     Held(Held<B::Held>),
 }
 
@@ -53,10 +56,23 @@ pub(crate) struct Held<H> {
     /// Granted levels: acquisitions reported to the application minus releases.
     pub(crate) count: u32,
     pub(crate) valid_until: Instant,
-    /// A renewal of it is under way.
-    pub(crate) renewing: bool,
+    /// Where its renewal stands.
+    pub(crate) watch: Watch,
     /// What the backend keeps for a hold (a node's path, reentries under way).
     pub(crate) data: H,
+}
+
+/// Where a hold's renewal stands. With its validity, this gives the hold's one timer: the
+/// next renewal, or else the end of its validity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// No renewal is due: its backend keeps it without them (a ZooKeeper session's node), it
+    /// is not yet granted, or its validity ran out before one was sent.
+    Idle,
+    /// Its next renewal is due then.
+    Due(Instant),
+    /// A renewal of it is under way.
+    Sent,
 }
 
 impl<H> Held<H> {
@@ -66,7 +82,7 @@ impl<H> Held<H> {
             fencing_token,
             count,
             valid_until,
-            renewing: false,
+            watch: Watch::Idle,
             data,
         }
     }

@@ -136,12 +136,16 @@ pub(crate) enum Target {
         keys: Box<SemaphoreKeys>,
         permits: u32,
     },
-    Rw {
-        keys: Box<RwKeys>,
-        write: bool,
-        /// A read hold beside the same owner's write hold: that hold's owner token.
-        downgrade: Option<String>,
-    },
+    Rw(Box<RwTarget>),
+}
+
+/// A hold of a read-write lock.
+#[derive(Clone, Debug)]
+pub(crate) struct RwTarget {
+    keys: RwKeys,
+    write: bool,
+    /// A read hold beside the same owner's write hold: that hold's owner token.
+    downgrade: Option<String>,
 }
 
 impl Keys {
@@ -151,7 +155,7 @@ impl Keys {
         match &self.target {
             Target::Lock => LockKeys::new(name),
             Target::Permit { keys, .. } => keys.lock_keys(token),
-            Target::Rw { keys, write, .. } => keys.lock_keys(token, *write),
+            Target::Rw(rw) => rw.keys.lock_keys(token, rw.write),
         }
     }
 
@@ -184,7 +188,7 @@ impl Keys {
                 waiter_lease,
                 self.fairness,
             ),
-            Target::Rw { .. } => {
+            Target::Rw(_) => {
                 redis::rw_acquire(&self.rw_hold(token), lease, count, mode, waiter_lease)
             }
         }
@@ -196,7 +200,7 @@ impl Keys {
             Target::Lock if self.leads && count == 0 => redis::resign(&LockKeys::new(name), token),
             Target::Lock => redis::release(&LockKeys::new(name), token, count, self.fairness),
             Target::Permit { keys, .. } => redis::permit_release(keys, token, self.fairness),
-            Target::Rw { .. } => redis::rw_release(&self.rw_hold(token), count),
+            Target::Rw(_) => redis::rw_release(&self.rw_hold(token), count),
         }
     }
 
@@ -205,24 +209,19 @@ impl Keys {
         match &self.target {
             Target::Lock => redis::dequeue(&LockKeys::new(name), token),
             Target::Permit { keys, .. } => redis::permit_dequeue(keys, token),
-            Target::Rw { .. } => redis::rw_dequeue(&self.rw_hold(token)),
+            Target::Rw(_) => redis::rw_dequeue(&self.rw_hold(token)),
         }
     }
 
     fn rw_hold<'a>(&'a self, token: &'a str) -> RwHold<'a> {
-        let Target::Rw {
-            keys,
-            write,
-            downgrade,
-        } = &self.target
-        else {
+        let Target::Rw(rw) = &self.target else {
             unreachable!("only a read-write tenure has a read-write hold")
         };
         RwHold {
-            keys,
+            keys: &rw.keys,
             token,
-            write: *write,
-            downgrade: downgrade.as_deref(),
+            write: rw.write,
+            downgrade: rw.downgrade.as_deref(),
         }
     }
 }
@@ -233,13 +232,14 @@ pub(crate) fn extend<B: Backend>(
     tenures: &Tenures<B>,
     items: &[(u64, Duration)],
     lock_delay: Duration,
-    lock: impl Fn(&Tenure<B>) -> String,
+    key_and_token: impl Fn(&Tenure<B>) -> (String, String),
 ) -> RedisOp {
     redis::extend(items.iter().map(|(s, lease)| {
         let t = tenures
             .get(*s)
             .expect("a hold being renewed is in the index");
-        (lock(t), t.token.as_str(), *lease + lock_delay)
+        let (key, token) = key_and_token(t);
+        (key, token, *lease + lock_delay)
     }))
 }
 
@@ -429,7 +429,7 @@ impl<W: Wire> Redis<W> {
     fn acquire_op(&self, t: &Tenure<Self>, count: u32, mode: Mode) -> RedisOp {
         t.data.acquire(
             &t.name,
-            &t.token,
+            &self.token(t),
             t.lease + self.lock_delay,
             count,
             mode,
@@ -440,7 +440,8 @@ impl<W: Wire> Redis<W> {
     /// One EXTEND of `items` (hold, lease), over the wire.
     fn extend_op(&self, tenures: &Tenures<Self>, items: &[(u64, Duration)]) -> Op {
         let req = extend(tenures, items, self.lock_delay, |t| {
-            t.data.lock_keys(&t.name, &t.token).lock
+            let token = self.token(t);
+            (t.data.lock_keys(&t.name, &token).lock, token)
         });
         let names: Vec<&str> = items
             .iter()
@@ -716,8 +717,7 @@ impl<W: Wire> Backend for Redis<W> {
         self.wire.refuse_name(&a.name)
     }
 
-    fn tenure(&self, life: &Life<W>, a: &Acquire, seq: u64, wait: Wait) -> (String, Keys, Pending) {
-        let token = owner_token(self.client_id, seq);
+    fn tenure(&self, life: &Life<W>, a: &Acquire, wait: Wait) -> (Keys, Pending) {
         let target = match a.kind {
             Kind::Mutex => Target::Lock,
             Kind::Semaphore { permits } => Target::Permit {
@@ -734,13 +734,13 @@ impl<W: Wire> Backend for Redis<W> {
                         .slot(Kind::Write, &a.name, a.owner)
                         .filter(|seq| life.tenures.held(*seq).is_some())
                         .and_then(|seq| life.tenures.get(seq))
-                        .map(|t| t.token.clone())
+                        .map(|t| self.token(t))
                 };
-                Target::Rw {
-                    keys: Box::new(RwKeys::new(&a.name)),
+                Target::Rw(Box::new(RwTarget {
+                    keys: RwKeys::new(&a.name),
                     write,
                     downgrade,
-                }
+                }))
             }
         };
         let fairness = if a.fair {
@@ -762,7 +762,11 @@ impl<W: Wire> Backend for Redis<W> {
             fairness,
             leads: false,
         };
-        (token, keys, pending)
+        (keys, pending)
+    }
+
+    fn token(&self, t: &Tenure<Self>) -> String {
+        owner_token(self.client_id, t.seq)
     }
 
     fn start(&mut self, life: &mut Life<W>, seq: u64) {
@@ -788,13 +792,13 @@ impl<W: Wire> Backend for Redis<W> {
         if let Some(t) = life.tenures.get(seq) {
             let req = self
                 .wire
-                .op(t.data.release(&t.name, &t.token, count), &[&t.name]);
+                .op(t.data.release(&t.name, &self.token(t), count), &[&t.name]);
             life.send(req, Purpose::Release { seq, op, count });
         }
     }
 
     fn release(&mut self, life: &mut Life<W>, op: OpId, seq: u64, t: Tenure<Self>) {
-        let req = t.data.release(&t.name, &t.token, 0);
+        let req = t.data.release(&t.name, &self.token(&t), 0);
         self.send(
             life,
             req,
@@ -928,7 +932,7 @@ impl<W: Wire> Backend for Redis<W> {
         if give_back && !life.closed() {
             self.send(
                 life,
-                t.data.release(&t.name, &t.token, 0),
+                t.data.release(&t.name, &self.token(t), 0),
                 &[&t.name],
                 Purpose::Cleanup,
             );
@@ -939,7 +943,7 @@ impl<W: Wire> Backend for Redis<W> {
     fn give_up(&mut self, life: &mut Life<W>, t: &Tenure<Self>) {
         self.send(
             life,
-            t.data.dequeue(&t.name, &t.token),
+            t.data.dequeue(&t.name, &self.token(t)),
             &[&t.name],
             Purpose::Cleanup,
         );

@@ -710,22 +710,22 @@ pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
 }
 
 /// One EXTEND for many locks: `(lock key, owner token, lease)` each.
-pub fn extend<'a>(
-    locks: impl IntoIterator<Item = (impl Into<String>, &'a str, Duration)>,
+pub fn extend(
+    locks: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
 ) -> RedisOp {
     per_key(Script::Extend, locks)
 }
 
 /// A batched renewal script (EXTEND, REDISSON-EXTEND): one key per hold, and per hold its
 /// owner (token or field) and lease in ms.
-pub(crate) fn per_key<'a>(
+pub(crate) fn per_key(
     script: Script,
-    holds: impl IntoIterator<Item = (impl Into<String>, &'a str, Duration)>,
+    holds: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
 ) -> RedisOp {
     let (mut keys, mut args) = (Vec::new(), Vec::new());
     for (key, owner, lease) in holds {
         keys.push(key.into());
-        args.push(owner.to_owned());
+        args.push(owner.into());
         args.push(ms(lease));
     }
     RedisOp::Eval { script, keys, args }

@@ -116,7 +116,7 @@ impl Redisson {
             return;
         };
         w.state = Pending::Asking { woken: false };
-        let op = redisson::acquire(&t.data, &t.token, t.lease);
+        let op = redisson::acquire(&t.data, &self.token(t), t.lease);
         life.clear_timer(RedissonTimer::Retry(seq));
         Redisson::send(life, op, Purpose::Acquire { seq });
     }
@@ -223,10 +223,10 @@ impl Redisson {
         }
     }
 
-    fn extend_op(life: &Life, items: &[(u64, Duration)]) -> RedisOp {
+    fn extend_op(&self, life: &Life, items: &[(u64, Duration)]) -> RedisOp {
         redisson::extend(items.iter().filter_map(|(seq, lease)| {
             let t = life.tenures.get(*seq)?;
-            Some((t.data.lock.as_str(), t.token.as_str(), *lease))
+            Some((t.data.lock.as_str(), self.token(t), *lease))
         }))
     }
 }
@@ -253,13 +253,13 @@ impl Backend for Redisson {
         RedissonTimer::Retry(seq)
     }
 
+    fn tenure(&self, _: &Life, a: &Acquire, _: Wait) -> (Keys, Pending) {
+        (Keys::new(&a.name), Pending::Idle)
+    }
+
     /// The tenure's owner token is its hash field.
-    fn tenure(&self, _: &Life, a: &Acquire, seq: u64, _: Wait) -> (String, Keys, Pending) {
-        (
-            redisson::field(self.client_id, seq),
-            Keys::new(&a.name),
-            Pending::Idle,
-        )
+    fn token(&self, t: &Tenure<Self>) -> String {
+        redisson::field(self.client_id, t.seq)
     }
 
     fn start(&mut self, life: &mut Life, seq: u64) {
@@ -267,17 +267,17 @@ impl Backend for Redisson {
     }
 
     fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Self>) {
-        let req = redisson::release(&t.data, &t.token);
+        let req = redisson::release(&t.data, &self.token(&t));
         Redisson::send(life, req, Purpose::Release { seq, op });
     }
 
     fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
-        let req = Redisson::extend_op(life, &[(seq, lease)]);
+        let req = self.extend_op(life, &[(seq, lease)]);
         Redisson::send(life, req, Purpose::Extend { seq, op, lease });
     }
 
     fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
-        let req = Redisson::extend_op(life, items);
+        let req = self.extend_op(life, items);
         let items = items.to_vec();
         Redisson::send(life, req, Purpose::Renew { items });
     }
@@ -370,14 +370,19 @@ impl Backend for Redisson {
     /// still holds it (a late renewal may have kept it).
     fn lost(&mut self, life: &mut Life, t: &Tenure<Self>, reason: &LostReason) {
         if matches!(reason, LostReason::Expired | LostReason::MaxHold) && !life.closed() {
-            Redisson::send(life, redisson::release(&t.data, &t.token), Purpose::Cleanup);
+            let req = redisson::release(&t.data, &self.token(t));
+            Redisson::send(life, req, Purpose::Cleanup);
         }
     }
 
     /// An acquire under way (or one whose reply was lost) may still take the lock: the
     /// release runs after it on the connection and gives it back.
     fn give_up(&mut self, life: &mut Life, t: &Tenure<Self>) {
-        Redisson::send(life, redisson::release(&t.data, &t.token), Purpose::Cleanup);
+        Redisson::send(
+            life,
+            redisson::release(&t.data, &self.token(t)),
+            Purpose::Cleanup,
+        );
     }
 
     const IGNORED: Purpose = Purpose::Cleanup;

@@ -93,7 +93,9 @@ pub fn release(keys: &Keys, field: &str) -> RedisOp {
 
 /// REDISSON-EXTEND of several holds, each (lock hash, field, lease); read by
 /// [`parse_extend`].
-pub fn extend<'a>(holds: impl IntoIterator<Item = (&'a str, &'a str, Duration)>) -> RedisOp {
+pub fn extend(
+    holds: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
+) -> RedisOp {
     crate::redis::per_key(Script::RedissonExtend, holds)
 }
 

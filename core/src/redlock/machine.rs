@@ -27,6 +27,14 @@ use crate::types::{
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_millis(200);
 
+/// A tenure's keys, and the round of its latest attempt: the tenure's owner token is that
+/// round's ([`Backend::token`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Rounds {
+    keys: LockKeys,
+    round: u64,
+}
+
 /// A pending acquire: the attempt under way (`None` while backing off), and how many found
 /// no majority so far.
 #[derive(Clone, Debug)]
@@ -198,11 +206,11 @@ impl Redlock {
         });
         // Each attempt its own token: a grant that comes after its attempt ended is told from
         // the tenure's.
-        t.token = owner_token(self.client_id, round);
+        t.data.round = round;
         let lease = t.lease + self.lock_delay;
         let op = redis::acquire(
-            &t.data,
-            &t.token,
+            &t.data.keys,
+            &self.token(t),
             lease,
             1,
             Mode::Try,
@@ -242,7 +250,7 @@ impl Redlock {
             let won = life
                 .tenures
                 .get(seq)
-                .filter(|t| t.token == token)
+                .filter(|t| t.data.round == round)
                 .and_then(|_| life.tenures.held(seq))
                 .map(|h| h.fencing_token);
             match (answer, won) {
@@ -253,7 +261,7 @@ impl Redlock {
                     // A tenure that is already forgotten sent its give-back before (a grant
                     // that overtakes it holds the lock for no one for at most a lease).
                     if let Some(t) = life.tenures.get(seq) {
-                        let (keys, lease) = (t.data.clone(), t.lease);
+                        let (keys, lease) = (t.data.keys.clone(), t.lease);
                         self.give_back_on(life, node, &keys, &token, lease);
                     }
                 }
@@ -371,7 +379,7 @@ impl Redlock {
         let Some(t) = life.tenures.get(seq) else {
             return;
         };
-        let op = redis::raise(&t.data, &t.token, token);
+        let op = redis::raise(&t.data.keys, &self.token(t), token);
         let timeout = node_timeout(life.base.request_timeout, t.lease);
         self.send(life, node, op, Purpose::Raise { seq, round }, timeout);
     }
@@ -388,7 +396,7 @@ impl Redlock {
         let (op, wait, tries) = (w.op, w.wait, w.state.tries);
         let busy = a.answers.iter().any(|x| matches!(x, Answer::Busy));
         if let Some(t) = life.tenures.get(seq) {
-            let (keys, token, lease) = (t.data.clone(), t.token.clone(), t.lease);
+            let (keys, token, lease) = (t.data.keys.clone(), self.token(t), t.lease);
             self.give_back(life, &keys, &token, lease);
         }
         if wait == Wait::No {
@@ -634,7 +642,7 @@ impl Backend for Redlock {
     const SERVER_COUNTS: bool = false;
     const RENEWS_HOLDS: bool = true;
 
-    type Tenure = LockKeys;
+    type Tenure = Rounds;
     type Pending = Pending;
     type Held = ();
     type Purpose = Purpose;
@@ -649,13 +657,18 @@ impl Backend for Redlock {
         RedlockTimer::Backoff(seq)
     }
 
-    /// The owner token is drawn per attempt.
-    fn tenure(&self, _: &Life, a: &Acquire, _: u64, _: Wait) -> (String, LockKeys, Pending) {
+    fn tenure(&self, _: &Life, a: &Acquire, _: Wait) -> (Rounds, Pending) {
         let pending = Pending {
             attempt: None,
             tries: 0,
         };
-        (String::new(), LockKeys::new(&a.name), pending)
+        let keys = LockKeys::new(&a.name);
+        (Rounds { keys, round: 0 }, pending)
+    }
+
+    /// The owner token is drawn per attempt: its round's.
+    fn token(&self, t: &Tenure<Self>) -> String {
+        owner_token(self.client_id, t.data.round)
     }
 
     fn start(&mut self, life: &mut Life, seq: u64) {
@@ -663,21 +676,21 @@ impl Backend for Redlock {
     }
 
     fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Redlock>) {
-        let req = redis::release(&t.data, &t.token, 0, Fairness::Fair);
+        let req = redis::release(&t.data.keys, &self.token(&t), 0, Fairness::Fair);
         self.round(life, RoundKind::Release { op }, &[(seq, t.lease)], req);
     }
 
     fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
         let items = [(seq, lease)];
         let req = extend(&life.tenures, &items, self.lock_delay, |t| {
-            t.data.lock.clone()
+            (t.data.keys.lock.clone(), self.token(t))
         });
         self.round(life, RoundKind::Extend { op }, &items, req);
     }
 
     fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
         let req = extend(&life.tenures, items, self.lock_delay, |t| {
-            t.data.lock.clone()
+            (t.data.keys.lock.clone(), self.token(t))
         });
         self.round(life, RoundKind::Renew, items, req);
     }
@@ -715,12 +728,12 @@ impl Backend for Redlock {
             _ => false,
         };
         if give_back {
-            self.give_back(life, &t.data, &t.token, t.lease);
+            self.give_back(life, &t.data.keys, &self.token(t), t.lease);
         }
     }
 
     fn give_up(&mut self, life: &mut Life, t: &Tenure<Redlock>) {
-        self.give_back(life, &t.data, &t.token, t.lease);
+        self.give_back(life, &t.data.keys, &self.token(t), t.lease);
     }
 
     /// Rounds carry the commands; a request only names its round.

@@ -94,11 +94,12 @@ fn pending(life: &Life, seq: u64) -> Option<(&Tenure<Zk>, &Pending)> {
     }
 }
 
-/// The path prefix of a pending tenure's next node (the server appends the sequence).
-fn node_prefix(t: &Tenure<Zk>, p: &Pending) -> String {
+/// The path prefix of a pending tenure's next node (the server appends the sequence);
+/// `token` is the tenure's.
+fn node_prefix(t: &Tenure<Zk>, p: &Pending, token: &str) -> String {
     match p.gate {
-        Some(_) => zk::lease_prefix(node_dir(t, p), &t.token),
-        None => zk::node_prefix(&t.data.dir, &t.token, t.kind),
+        Some(_) => zk::lease_prefix(node_dir(t, p), token),
+        None => zk::node_prefix(&t.data.dir, token, t.kind),
     }
 }
 
@@ -301,11 +302,12 @@ impl Zk {
             }
             return;
         };
-        let downgrade = Self::downgrade_path(t);
+        let downgrade = self.downgrade_path(t);
         let State::Pending(w) = &t.state else {
             return;
         };
-        let (prefix, dir) = (node_prefix(t, &w.state), node_dir(t, &w.state).to_owned());
+        let prefix = node_prefix(t, &w.state, &self.token(t));
+        let dir = node_dir(t, &w.state).to_owned();
         let State::Pending(w) = &mut t.state else {
             return;
         };
@@ -354,6 +356,7 @@ impl Zk {
             return;
         };
         let (leasing, dir) = (p.gate.is_some(), node_dir(t, p).to_owned());
+        let own = self.token(t);
         let Some(t) = life.tenures.get_mut(seq) else {
             return;
         };
@@ -386,7 +389,7 @@ impl Zk {
         let mine: Vec<(u64, &str)> = queue
             .iter()
             .copied()
-            .filter(|(_, c)| zk::parse_child(c).is_some_and(|(token, _)| token == t.token))
+            .filter(|(_, c)| zk::parse_child(c).is_some_and(|(token, _)| token == own))
             .collect();
         // Our node: the one we created, or after an unanswered create the first we find.
         let ours = match &p.node {
@@ -614,19 +617,19 @@ impl Zk {
         let Some((t, p)) = pending(life, seq) else {
             return;
         };
-        let op = match Self::downgrade_path(t) {
+        let op = match self.downgrade_path(t) {
             Some(path) => ZkOp::CreateEphemeral { path },
             None => ZkOp::CreateSequential {
-                prefix: node_prefix(t, p),
+                prefix: node_prefix(t, p, &self.token(t)),
             },
         };
         self.send_pending(life, seq, op, Purpose::Create { seq });
     }
 
     /// The path of a downgrade's read node: the reader's name with its write node's number.
-    fn downgrade_path(t: &Tenure<Zk>) -> Option<String> {
+    fn downgrade_path(&self, t: &Tenure<Zk>) -> Option<String> {
         let (_, write_seq) = zk::parse_child(t.data.downgrade.as_deref()?)?;
-        Some(zk::downgrade_path(&t.data.dir, &t.token, write_seq))
+        Some(zk::downgrade_path(&t.data.dir, &self.token(t), write_seq))
     }
 
     fn children(&mut self, life: &mut Life, seq: u64) {
@@ -752,7 +755,7 @@ impl Backend for Zk {
         self.session_timeout
     }
 
-    fn tenure(&self, life: &Life, a: &Acquire, seq: u64, _: Wait) -> (String, Dir, Pending) {
+    fn tenure(&self, life: &Life, a: &Acquire, _: Wait) -> (Dir, Pending) {
         // A read beside the same owner's write hold: downgrade.
         let downgrade = match a.kind {
             Kind::Read => life
@@ -776,13 +779,16 @@ impl Backend for Zk {
             to_watch: Vec::new(),
             gate: None,
         };
-        let token = owner_token(self.client_id, seq);
         let dir = Dir {
             dir,
             downgrade,
             leases,
         };
-        (token, dir, pending)
+        (dir, pending)
+    }
+
+    fn token(&self, t: &Tenure<Self>) -> String {
+        owner_token(self.client_id, t.seq)
     }
 
     fn start(&mut self, life: &mut Life, seq: u64) {
@@ -1007,7 +1013,7 @@ impl Backend for Zk {
             Node::Uncertain | Node::None if p.node == Node::Uncertain || p.asking() => {
                 let sweep = Cleanup::Sweep {
                     dir: node_dir(t, p).to_owned(),
-                    token: t.token.clone(),
+                    token: self.token(t),
                 };
                 self.clean(life, sweep);
             }
