@@ -80,6 +80,8 @@ impl MariadbServer {
             .arg(format!("--socket={}", file("mariadb.sock")))
             .arg(format!("--pid-file={}", file("mariadb.pid")))
             .arg(format!("--log-error={}", file("mariadb.log")))
+            // Its temporary files in its own directory, not /tmp with every other server's.
+            .arg(format!("--tmpdir={}", self.dir.display()))
             .arg(format!("--port={}", self.port))
             .args([
                 "--bind-address=127.0.0.1",
