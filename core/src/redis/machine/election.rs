@@ -13,7 +13,6 @@ use crate::base::retry_delay;
 use crate::election::Seen;
 use crate::error::Error;
 use crate::lock::Backend;
-use crate::owner::owner_token;
 use crate::redis::{self, LeaderRead, LockKeys, RedisOp, Value};
 use crate::types::{Event, HoldId, Leader, OpId};
 
@@ -63,12 +62,7 @@ impl<W: Wire> Redis<W> {
         self.wire.refuse_value(&value)?;
         t.data.leads = true;
         let req = self.wire.op(
-            redis::proclaim(
-                &LockKeys::new(&t.name),
-                &owner_token(self.client_id, t.seq),
-                term,
-                &value,
-            ),
+            redis::proclaim(&LockKeys::new(&t.name), &self.token(t), term, &value),
             &[&t.name],
         );
         life.send(req, Purpose::Proclaim { seq, op });
