@@ -7,7 +7,7 @@ use dlock_core::redis::{self, LockKeys, RedisOp, Value};
 use dlock_core::{
     Acquire, AcquireMulti, ClientId, Command, Config, Engine, Error, Event, HoldId, Input, Instant,
     Kind, Leader, LostReason, MAX_MULTI, Member, NotAcquired, Notice, Op, OpId, Output,
-    RESERVED_IDS, Request, Response, Wait, drift,
+    RESERVED_IDS, Request, RequestId, Response, Wait, drift,
 };
 
 const EPOCH_MS: u64 = 1_764_000_000_000;
@@ -22,6 +22,8 @@ struct Bed {
     /// Requests a client sent while its link was cut: never answered.
     cut: Vec<bool>,
     sent: Vec<Vec<RedisOp>>,
+    /// Requests a client sent while its link was slow: run and answered by [`Bed::deliver`].
+    slow: Vec<Option<Vec<Request>>>,
     /// The channels each client subscribed to besides its wake-up channel (elections').
     subscribed: Vec<Vec<String>>,
 }
@@ -39,6 +41,7 @@ impl Bed {
             events: vec![Vec::new(); clients],
             cut: vec![false; clients],
             sent: vec![Vec::new(); clients],
+            slow: vec![None; clients],
             subscribed: vec![Vec::new(); clients],
         };
         bed.settle();
@@ -103,6 +106,17 @@ impl Bed {
         if self.cut[c] {
             return;
         }
+        match &mut self.slow[c] {
+            Some(slow) => slow.push(Request {
+                id,
+                op: Op::Redis(op),
+            }),
+            None => self.run(c, id, op),
+        }
+    }
+
+    /// Runs request `id` of client `c` on the store and answers it.
+    fn run(&mut self, c: usize, id: RequestId, op: RedisOp) {
         let reply = match op {
             RedisOp::Subscribe { channel } => {
                 if channel != self.engines[c].wake_channel() {
@@ -134,6 +148,16 @@ impl Bed {
         };
         let reply = reply.map(Response::Redis);
         self.engines[c].handle_input(self.now, Input::Reply { id, reply });
+    }
+
+    /// Runs and answers the requests client `c` sent while its link was slow, in the order
+    /// they were sent, and makes it fast again.
+    fn deliver(&mut self, c: usize) {
+        for Request { id, op } in self.slow[c].take().unwrap_or_default() {
+            let Op::Redis(op) = op else { unreachable!() };
+            self.run(c, id, op);
+        }
+        self.settle();
     }
 
     fn take(&mut self, c: usize) -> Vec<Event> {
@@ -571,6 +595,46 @@ fn waits_end_by_deadline_or_cancel_and_leave_the_queue() {
         bed.store.is_empty(ms) || bed.store.len(ms) == 1,
         "only the fence counter stays"
     );
+}
+
+#[test]
+fn a_give_up_waits_for_its_acquire_to_be_answered_before_it_leaves_the_queue() {
+    // A transport may run requests in another order than they were sent (a pool of
+    // connections does): a DEQUEUE sent behind the ACQUIRE it undoes could run first, and the
+    // ACQUIRE would then queue a waiter nobody refreshes. So the DEQUEUE waits for the reply.
+    let mut bed = Bed::new(2);
+    bed.acquire(0, 1, "a", Wait::No);
+    let (hold, _, _) = acquired(&bed.take(0));
+    bed.take_sent(1);
+    bed.slow[1] = Some(Vec::new());
+    bed.acquire(1, 1, "a", Wait::Forever);
+    bed.cmd(1, Command::Cancel { op: OpId(1) });
+    let cancelled = Event::NotAcquired {
+        op: OpId(1),
+        reason: NotAcquired::Cancelled,
+    };
+    assert_eq!(bed.take(1), [cancelled]);
+    let scripts = |sent: Vec<RedisOp>| -> Vec<redis::Script> {
+        sent.into_iter()
+            .map(|op| match op {
+                RedisOp::Eval { script, .. } => script,
+                other => panic!("sent {other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(scripts(bed.take_sent(1)), [redis::Script::Acquire]);
+    // The ACQUIRE runs only now, after the give-up: it queues the waiter, and its reply
+    // sends the DEQUEUE.
+    bed.deliver(1);
+    assert_eq!(scripts(bed.take_sent(1)), [redis::Script::Dequeue]);
+    assert!(bed.take(1).is_empty());
+    // Nobody waits: the release frees the lock outright.
+    bed.cmd(0, Command::Release { op: OpId(2), hold });
+    let keys = LockKeys::new("a");
+    let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
+    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+    assert!(bed.store.len(ms) <= 1, "only the fence counter stays");
+    assert!(bed.take(1).is_empty());
 }
 
 #[test]

@@ -17,6 +17,7 @@ mod election;
 
 use core::fmt;
 use core::time::Duration;
+use std::collections::BTreeMap;
 
 use crate::base::{InFlight, check_lease, retry_delay};
 use crate::config::Config;
@@ -365,6 +366,9 @@ pub(crate) struct Redis<W: Wire = Lua> {
     channel: String,
     /// The elections observed.
     elections: Elections,
+    /// Acquires given up while their ACQUIRE was under way, with the DEQUEUE that undoes
+    /// them: it is sent once that ACQUIRE is answered ([`Backend::give_up`]).
+    undo: BTreeMap<u64, Op>,
 }
 
 use election::Elections;
@@ -388,6 +392,7 @@ impl<W: Wire> Redis<W> {
             lock_delay: server_delay(config.lock_delay),
             channel: redis::wake_channel(config.client_id),
             elections: Elections::default(),
+            undo: BTreeMap::new(),
         };
         Ok(Machine::new(
             config,
@@ -474,6 +479,10 @@ impl<W: Wire> Redis<W> {
     ) {
         let now = life.now();
         let Some(t) = life.tenures.get_mut(seq) else {
+            // Given up meanwhile: whatever this ACQUIRE did, the DEQUEUE undoes it now.
+            if let Some(dequeue) = self.undo.remove(&seq) {
+                life.send(dequeue, Purpose::Cleanup);
+            }
             return;
         };
         let lease = t.lease;
@@ -939,14 +948,20 @@ impl<W: Wire> Backend for Redis<W> {
         }
     }
 
-    /// Leaves the queue, and passes the lock on if it was already handed to us.
+    /// Leaves the queue, and passes the lock on if it was already handed to us — once the
+    /// ACQUIRE under way, if any, is answered: a transport may run requests in another order
+    /// than they were sent (a pool of connections does), and an ACQUIRE that ran after the
+    /// DEQUEUE would queue a waiter nobody refreshes, ahead of the others until its waiter
+    /// lease ends, or take the lock for nobody until its lease ends.
     fn give_up(&mut self, life: &mut Life<W>, t: &Tenure<Self>) {
-        self.send(
-            life,
-            t.data.dequeue(&t.name, &self.token(t)),
-            &[&t.name],
-            Purpose::Cleanup,
-        );
+        let dequeue = t.data.dequeue(&t.name, &self.token(t));
+        let dequeue = self.wire.op(dequeue, &[&t.name]);
+        match &t.state {
+            State::Pending(w) if w.state.asking() => {
+                self.undo.insert(t.seq, dequeue);
+            }
+            _ => life.send(dequeue, Purpose::Cleanup),
+        }
     }
 
     const IGNORED: Purpose = Purpose::Cleanup;
