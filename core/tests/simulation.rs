@@ -56,11 +56,12 @@
 //!    is free again within that bound (SAFETY.md's liveness; a hand-off lasts the waiter
 //!    lease);
 //! 10. elections (one Redis, ZooKeeper and SQL; the election is the lock `orders/42`, PROTOCOL.md
-//!     §20): holders of a new tenure proclaim, and clients observe it. A proclaim reports its
-//!     hold's fencing token as the term; an observer reports terms that only grow (a new
-//!     value within a term aside), and each leader it reports is a value that was proclaimed
-//!     under that term — never a leader that was not, or one out of order. Two leaders never
-//!     overlap because two holders never do (1).
+//!     §20): holders of a new tenure proclaim (and again now and then while they lead), and
+//!     clients observe it. A proclaim reports its hold's fencing token as the term; an
+//!     observer reports terms that only grow (a new value within a term aside), and each
+//!     leader it reports is a value that was proclaimed under that term — never a leader that
+//!     was not, or one out of order. Two leaders never overlap because two holders never do
+//!     (1).
 //!
 //! `just plants` switches on each planted bug of `dlock_core::plant` in turn (the `plants`
 //! feature) and requires these checks to catch it within 20,000 seeds.
@@ -261,7 +262,7 @@ struct Client {
     ops: BTreeMap<OpId, OpKind>,
     next_op: u64,
     lock_delay: Duration,
-    /// New tenures of the election, to proclaim.
+    /// Tenures of the election to proclaim: new ones, and leaders updating their value.
     to_proclaim: Vec<HoldId>,
     /// Proclaims made (for unique values).
     proclaims: u64,
@@ -964,6 +965,12 @@ impl World {
                         self.fail(format!(
                             "client {c}: the proclaim of {hold:?} with token {term} reported {h:?} term {t}"
                         ));
+                    }
+                    // Leaders update their value now and then for as long as they lead: a
+                    // later proclaim is the one that finds the server's tenure re-granted
+                    // under a newer term (a hand-off that lapsed before our ACQUIRE ran).
+                    if self.rng.chance(600) {
+                        self.clients[c].to_proclaim.push(*hold);
                     }
                 }
                 _ => self.fail(format!("client {c}: {event:?} does not end a {kind:?}")),
