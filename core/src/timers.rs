@@ -75,10 +75,12 @@ impl<T: Copy + Ord> Timers<T> {
         Some(timer)
     }
 
-    /// Removes every timer due by `horizon` that `pick` maps to a value, earliest first.
+    /// Removes the first `limit` timers due by `horizon` that `pick` maps to a value,
+    /// earliest first.
     pub(crate) fn take_until<V>(
         &mut self,
         horizon: Instant,
+        limit: usize,
         pick: impl Fn(Timer<T>) -> Option<V>,
     ) -> Vec<V> {
         let picked: Vec<(Instant, Timer<T>, V)> = self
@@ -86,6 +88,7 @@ impl<T: Copy + Ord> Timers<T> {
             .iter()
             .take_while(|(at, _)| *at <= horizon)
             .filter_map(|&(at, timer)| pick(timer).map(|v| (at, timer, v)))
+            .take(limit)
             .collect();
         picked
             .into_iter()

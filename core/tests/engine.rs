@@ -521,6 +521,39 @@ fn renewals_are_batched_across_locks() {
 }
 
 #[test]
+fn a_renewal_with_room_left_takes_the_holds_due_next_with_it() {
+    // Ten-second leases: renewed every 3.33 s, those due within 1.67 s of each other together.
+    let mut bed = Bed::new(1);
+    let keys = |op: &RedisOp| match op {
+        RedisOp::Eval {
+            script: redis::Script::Extend,
+            keys,
+            ..
+        } => keys.len(),
+        other => panic!("sent {other:?}"),
+    };
+    for i in 0..150 {
+        bed.acquire(0, i, &format!("early-{i}"), Wait::No);
+    }
+    // Two seconds later, beyond the sixth of a lease: a later burst of its own, once.
+    bed.advance(2 * SEC);
+    for i in 0..30 {
+        bed.acquire(0, 150 + i, &format!("late-{i}"), Wait::No);
+    }
+    assert_eq!(bed.take(0).len(), 180);
+    bed.take_sent(0);
+    bed.advance(10 * SEC / 3);
+    // 150 due: a full request and one with room for 50, which the 30 due later fill.
+    let sent: Vec<usize> = bed.take_sent(0).iter().map(keys).collect();
+    assert_eq!(sent, [100, 80]);
+    assert_eq!(bed.take(0).len(), 180);
+    // From then on all 180 are due together: still two requests per renewal.
+    bed.advance(10 * SEC / 3);
+    let sent: Vec<usize> = bed.take_sent(0).iter().map(keys).collect();
+    assert_eq!(sent, [100, 80]);
+}
+
+#[test]
 fn max_hold_stops_renewal_and_releases() {
     let mut bed = Bed::new(2);
     bed.cmd(

@@ -561,27 +561,36 @@ impl<B: Backend> Lifecycle<B> {
 
     /// The holds to renew with `seq`: it and every other hold due within a sixth of its lease
     /// — but none whose validity has already run out (after a pause, say): its expiry, due
-    /// as well, reports it lost, and a renewal would only keep the lock from others. Each is
-    /// marked as renewing, with the lease it asks for.
+    /// as well, reports it lost, and a renewal would only keep the lock from others. Then,
+    /// while the last request would go out with room in it ([`Config::max_batch`]), the holds
+    /// due next within a third of the lease fill it, renewed that much early: renewals gather
+    /// into full requests (and from then on are due together), where each burst would
+    /// otherwise end with a part-empty one. Each is marked as renewing, with the lease it
+    /// asks for.
     fn due_renewals(&mut self, seq: u64) -> Vec<(u64, Duration)> {
         let Some(t) = self.tenures.get(seq) else {
             return Vec::new();
         };
         let now = self.base.now;
-        let horizon = now + t.lease / 6;
+        let (horizon, period) = (now + t.lease / 6, now + t.lease / 3);
         let mut due = vec![seq];
         // Each hold has one timer: its renewal's, or its expiry's when that comes first (a
         // retry due after it) — such a hold joins too while still valid. In the order their
         // renewals are due.
         let tenures = &self.tenures;
-        let due_at = |s: u64| match tenures.held(s).map(|h| h.watch) {
-            Some(Watch::Due(at)) if at <= horizon => Some((at, s)),
-            _ => None,
+        let due_by = |by: Instant| {
+            move |timer| match timer {
+                Timer::Renew(s) | Timer::Expire(s) => match tenures.held(s).map(|h| h.watch) {
+                    Some(Watch::Due(at)) if at <= by => Some((at, s)),
+                    _ => None,
+                },
+                _ => None,
+            }
         };
-        let mut picked = self.base.timers.take_until(horizon, |timer| match timer {
-            Timer::Renew(s) | Timer::Expire(s) => due_at(s),
-            _ => None,
-        });
+        let timers = &mut self.base.timers;
+        let mut picked = timers.take_until(horizon, usize::MAX, due_by(horizon));
+        let room = (self.max_batch - (1 + picked.len()) % self.max_batch) % self.max_batch;
+        picked.extend(timers.take_until(period, room, due_by(period)));
         picked.sort_unstable();
         due.extend(picked.into_iter().map(|(_, s)| s));
         let mut items = Vec::with_capacity(due.len());
