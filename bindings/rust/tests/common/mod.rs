@@ -630,20 +630,15 @@ pub(crate) async fn a_silent_death_is_noticed_within_the_lease<F, W>(
 
 /// The scripted sequence of every host's stats test (Python's test_stats.py, Node's
 /// stats.test.mjs): acquire, reenter, busy, time out, cancel, hand off, lose to max-hold. Then
-/// the counts are exact. Nothing is renewed: the waiter lease — which a handed lock is valid
-/// for until its renewal, a third of it after the waiter queued — is 20 s, and every lease two
-/// minutes (renewed after 40 s). On a pool of connections (MariaDB) a give-up's DEQUEUE can
-/// run before the ACQUIRE it follows, which then leaves a waiter nobody refreshes until its
-/// waiter lease ends: "no waiter" below may wait that long (its bound is 60 s), and the
-/// outer hold must not come up for renewal meanwhile.
+/// the counts are exact. Nothing is renewed: every lease, and the waiter lease — which a
+/// handed lock is valid for until its renewal, a third of it after the waiter queued — is two
+/// minutes (renewed after 40 s). A waiter left behind would stay that long, past the bound of
+/// "no waiter" below (60 s): on a pool of connections (MariaDB), a give-up's DEQUEUE sent
+/// before its ACQUIRE was answered could run first and leave one (PROTOCOL.md §5).
 pub(crate) async fn stats_after_a_script(url: &str) {
     const NAME: &str = "stats/a";
     let lease = Duration::from_secs(120);
-    let client = builder(url)
-        .waiter_lease(Duration::from_secs(20))
-        .connect()
-        .await
-        .unwrap();
+    let client = builder(url).waiter_lease(lease).connect().await.unwrap();
     let lock = || client.lock(NAME).lease(lease);
     let outer = lock().owner(1).acquire().await.unwrap();
     let inner = lock().owner(1).acquire().await.unwrap();
