@@ -2,7 +2,8 @@
 //! Reports, side by side in one run:
 //!
 //! - renewal traffic: scripts the server ran per renewal period while the client held the N
-//!   locks and did nothing else (`INFO commandstats`), and locks per renewal request;
+//!   locks and did nothing else (`INFO commandstats`), three periods after the last was
+//!   taken, and locks per renewal request;
 //! - client memory per held lock: heap bytes (counted by this binary's allocator) held once
 //!   the N locks are acquired and a round of their renewals has settled (none in flight),
 //!   less before, over N — the engine's state, the driver's and the guards';
@@ -99,10 +100,13 @@ async fn main() {
     }
     let acquired_in = started.elapsed();
 
-    // Renewal traffic of the N locks alone: from just after one round of renewals, over the
-    // next three rounds (a window of 3.5 periods holds exactly three).
+    // Renewal traffic of the N locks alone, once their renewals have gathered (locks taken
+    // over several periods renew in several bursts at first, which then merge: a renewal
+    // takes the holds due soon with it): from just after a round of renewals, over the next
+    // three rounds (a window of 3.5 periods holds exactly three).
     let rounds = 3;
     let period = LEASE / 3;
+    tokio::time::sleep(period * 3).await;
     let mut last = scripts_run(&mut con).await;
     let mut quiet_since = Instant::now();
     let mut burst_seen = false;

@@ -558,7 +558,7 @@ impl LockBuilder {
             let hold = tracing::debug_span!("hold", lock = %name, fencing_token = g.tokens);
             Guard {
                 held: Held::new(client, g.hold, g.signal, hold),
-                name,
+                name: name.into(),
                 fencing_token: g.tokens,
             }
         }))
@@ -716,7 +716,9 @@ struct Held {
     signal: Arc<HoldSignal>,
     released: bool,
     /// The `hold` span: from the grant until the guard goes (its release a child of it).
-    span: tracing::Span,
+    /// Boxed, and kept only while a subscriber records it: a span is 40 bytes, most of a
+    /// guard otherwise.
+    span: Option<Box<tracing::Span>>,
 }
 
 impl Held {
@@ -726,8 +728,12 @@ impl Held {
             hold,
             signal,
             released: false,
-            span,
+            span: (!span.is_disabled()).then(|| Box::new(span)),
         }
+    }
+
+    fn valid_until(&self) -> tokio::time::Instant {
+        self.signal.valid_until(self.client.inner.base)
     }
 
     fn is_lost(&self) -> bool {
@@ -737,6 +743,7 @@ impl Held {
     fn lost_signal(&self) -> LostSignal {
         LostSignal {
             signal: self.signal.clone(),
+            base: self.client.inner.base,
         }
     }
 
@@ -761,7 +768,8 @@ impl Held {
     }
 
     async fn release(mut self) -> Result<(), Error> {
-        let span = tracing::debug_span!(parent: &self.span, "release");
+        let parent = self.span.as_ref().and_then(|span| span.id());
+        let span = tracing::debug_span!(parent: parent, "release");
         self.released = true;
         if let Some(reason) = self.signal.lost() {
             return Err(Error::Lost(reason));
@@ -795,7 +803,7 @@ impl Drop for Held {
 #[must_use = "dropping a Guard releases the lock"]
 pub struct Guard {
     held: Held,
-    name: String,
+    name: Box<str>,
     fencing_token: u64,
 }
 
@@ -840,7 +848,7 @@ impl Guard {
     /// holder's stops by then. Renewals move it on; [`lost`](Self::lost) fires when it
     /// passes without one.
     pub fn valid_until(&self) -> tokio::time::Instant {
-        self.held.signal.valid_until()
+        self.held.valid_until()
     }
 
     /// Renews now with `lease`, which later renewals keep using.
@@ -871,7 +879,7 @@ impl MultiGuard {
 
     /// Until when every lock is valid (the earliest of theirs); see [`Guard::valid_until`].
     pub fn valid_until(&self) -> tokio::time::Instant {
-        self.held.signal.valid_until()
+        self.held.valid_until()
     }
 
     /// The fencing token of lock `name`, if it is one of this multi-lock's.
@@ -920,7 +928,7 @@ pub struct SharedGuard {
 impl From<Guard> for SharedGuard {
     fn from(guard: Guard) -> Self {
         let member = Member {
-            name: guard.name,
+            name: guard.name.into(),
             fencing_token: guard.fencing_token,
         };
         SharedGuard::new(guard.held, vec![member])
@@ -964,7 +972,7 @@ impl SharedGuard {
 
     /// Until when it is valid; see [`Guard::valid_until`].
     pub fn valid_until(&self) -> tokio::time::Instant {
-        self.lost.signal.valid_until()
+        self.lost.signal.valid_until(self.lost.base)
     }
 
     /// True while held: not released, not lost.
@@ -993,6 +1001,8 @@ impl SharedGuard {
 #[derive(Debug, Clone)]
 pub struct LostSignal {
     signal: Arc<HoldSignal>,
+    /// The client's base instant, which the signal's validity counts from.
+    base: tokio::time::Instant,
 }
 
 impl LostSignal {
