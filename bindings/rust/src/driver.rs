@@ -161,6 +161,13 @@ pub(crate) struct Driver {
     /// a hop through another task.
     requests: FuturesUnordered<InFlight>,
     base: tokio::time::Instant,
+    /// The engine's next timer: one sleep, moved when the engine's deadline moves. A sleep
+    /// made afresh on every turn of the loop would enter tokio's timer wheel each time, and
+    /// the first entry into an empty wheel wakes the runtime's thread through its eventfd:
+    /// a system call and a spurious wake-up on every request.
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// The deadline `timer` is set to.
+    armed: Option<tokio::time::Instant>,
     calls: mpsc::UnboundedReceiver<Call>,
     /// Notices from the transport.
     inputs: mpsc::UnboundedReceiver<Input>,
@@ -190,6 +197,8 @@ impl Driver {
             transport,
             requests: FuturesUnordered::new(),
             base,
+            timer: Box::pin(tokio::time::sleep_until(base)),
+            armed: None,
             calls,
             inputs,
             ids,
@@ -222,6 +231,12 @@ impl Driver {
                 break;
             }
             let deadline = deadline.map(|t| self.base + Duration::from_nanos(t.as_nanos()));
+            if let Some(at) = deadline
+                && self.armed != Some(at)
+            {
+                self.timer.as_mut().reset(at);
+                self.armed = Some(at);
+            }
             tokio::select! {
                 call = self.calls.recv(), if open => match call {
                     Some(call) => self.call(call),
@@ -237,7 +252,7 @@ impl Driver {
                     let result = self.engine.handle_input(now, Input::Reply { id, reply });
                     self.check(result);
                 }
-                () = sleep_until(deadline) => {
+                () = self.timer.as_mut(), if deadline.is_some() => {
                     let now = self.now();
                     let result = self.engine.handle_timeout(now);
                     self.check(result);
@@ -445,12 +460,5 @@ fn not_acquired<T>(reason: NotAcquired) -> Result<Option<T>, Error> {
         NotAcquired::Busy => Ok(None),
         NotAcquired::TimedOut => Err(Error::WaitTimedOut),
         NotAcquired::Cancelled => Err(Error::Closed),
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
