@@ -335,6 +335,44 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
     );
 }
 
+/// A server that forgot its scripts (SCRIPT FLUSH, or a restart) answers NOSCRIPT: the client
+/// loads the script (SCRIPT LOAD, never EVAL) and runs it again, unseen by the caller.
+#[tokio::test]
+async fn a_flushed_script_cache_is_loaded_again_unseen() {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client.lock("flushed").acquire().await.unwrap();
+    let mut con = raw(&server).await;
+    let sha = redis::Script::new(&protocol::Script::Release.source())
+        .get_hash()
+        .to_owned();
+    let exists = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        let sha = sha.clone();
+        async move {
+            let found: Vec<bool> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(&sha)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            found == [true]
+        }
+    };
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!exists(&mut con).await);
+    guard.release().await.expect("released through NOSCRIPT");
+    assert!(exists(&mut con).await, "RELEASE was loaded again");
+    let keys = LockKeys::new("flushed");
+    assert!(!con.exists::<_, bool>(&keys.lock).await.unwrap());
+    let again = client.lock("flushed").acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn auth_with_an_acl_user() {
     let server = RedisServer::start_with_user("alice", "s3cret");

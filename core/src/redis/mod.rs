@@ -326,7 +326,14 @@ pub fn escape(name: &str) -> String {
 /// The key of `name` with this suffix: `dlock:{escaped name}:suffix`.
 fn keys_of(name: &str) -> impl Fn(&str) -> String {
     let tag = escape(name);
-    move |suffix| format!("dlock:{{{tag}}}:{suffix}")
+    move |suffix| {
+        let mut key = String::with_capacity("dlock:{}:".len() + tag.len() + suffix.len());
+        key.push_str("dlock:{");
+        key.push_str(&tag);
+        key.push_str("}:");
+        key.push_str(suffix);
+        key
+    }
 }
 
 /// The four keys of one lock, in the order every script takes them.
@@ -535,7 +542,8 @@ impl Mode {
 }
 
 fn ms(d: Duration) -> String {
-    d.as_millis().to_string()
+    // As u64: a u128's decimal formatting is several times slower, and no lease reaches 2^64 ms.
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string()
 }
 
 /// Whether waiters are served in order (§5).

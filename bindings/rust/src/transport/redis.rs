@@ -41,14 +41,11 @@ enum Connection {
 }
 
 impl Connection {
-    async fn invoke(&mut self, call: redis::ScriptInvocation<'_>) -> Reply {
-        let reply = match self {
-            Connection::Single(con) => call.invoke_async::<redis::Value>(con).await,
-            Connection::Cluster(con) => call.invoke_async::<redis::Value>(con).await,
-        };
-        reply
-            .map(|v| Response::Redis(convert(v)))
-            .map_err(transport_error)
+    async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match self {
+            Connection::Single(con) => cmd.query_async(con).await,
+            Connection::Cluster(con) => cmd.query_async(con).await,
+        }
     }
 }
 
@@ -67,7 +64,7 @@ enum Subscriber {
 #[derive(Clone)]
 pub(crate) struct RedisTransport {
     con: Connection,
-    scripts: Arc<BTreeMap<Script, redis::Script>>,
+    scripts: Arc<BTreeMap<Script, String>>,
     subscriber: Subscriber,
 }
 
@@ -236,32 +233,52 @@ fn sharded_message(push: redis::PushInfo) -> Option<Notice> {
     }
 }
 
-/// Runs a protocol script on `con`.
+/// Runs a protocol script on `con`: EVALSHA, written once into one command (the redis
+/// crate's `ScriptInvocation` would copy every key and argument twice on the way), and on
+/// `NOSCRIPT` (a restarted or flushed server) SCRIPT LOAD and EVALSHA again — the two
+/// commands PROTOCOL.md §1 grants a client, never EVAL.
 fn eval(
     mut con: Connection,
-    scripts: &Arc<BTreeMap<Script, redis::Script>>,
+    scripts: &Arc<BTreeMap<Script, String>>,
     script: Script,
     keys: Vec<String>,
     args: Vec<String>,
 ) -> Pending {
     let scripts = scripts.clone();
     Box::pin(async move {
-        let mut call = scripts[&script].prepare_invoke();
-        for key in &keys {
-            call.key(key);
-        }
-        for arg in &args {
-            call.arg(arg);
-        }
-        con.invoke(call).await
+        let sha = &scripts[&script];
+        let size = keys.iter().chain(&args).map(String::len).sum::<usize>();
+        let mut evalsha = redis::Cmd::with_capacity(
+            3 + keys.len() + args.len(),
+            "EVALSHA".len() + sha.len() + 4 + size,
+        );
+        evalsha
+            .arg("EVALSHA")
+            .arg(sha)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        let reply = match con.query(&evalsha).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let mut load = redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(script.source());
+                con.query(&load).await.map_err(transport_error)?;
+                con.query(&evalsha).await
+            }
+            reply => reply,
+        };
+        reply
+            .map(|v| Response::Redis(convert(v)))
+            .map_err(transport_error)
     })
 }
 
-fn scripts() -> Arc<BTreeMap<Script, redis::Script>> {
+/// Each script's SHA1, by which EVALSHA names it.
+fn scripts() -> Arc<BTreeMap<Script, String>> {
     Arc::new(
         Script::ALL
             .iter()
-            .map(|s| (*s, redis::Script::new(&s.source())))
+            .map(|s| (*s, redis::Script::new(&s.source()).get_hash().to_owned()))
             .collect(),
     )
 }
@@ -289,7 +306,7 @@ async fn manager(client: &redis::Client) -> Result<ConnectionManager, String> {
 pub(crate) struct RedlockTransport {
     /// Each node's URL as messages show it (no password) and its connection once up.
     nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>>,
-    scripts: Arc<BTreeMap<Script, redis::Script>>,
+    scripts: Arc<BTreeMap<Script, String>>,
     links: Arc<Vec<tokio::task::AbortHandle>>,
 }
 
