@@ -347,7 +347,7 @@ def server_capacity(impl: Impl, url: str, seconds: float) -> None:
         "cpu per cycle": used / max(cycles, 1) * 1e6,
         "server busy": used / float(result["seconds"]),
         "commands": ", ".join(
-            f"{name} ×{int(v['calls']) / max(cycles, 1):.2f} ({float(v['usec_per_call']):.1f} µs)" for name, v in commands[:3]
+            f"{name} ×{int(v['calls']) / max(cycles, 1):.2f} ({float(v['usec_per_call']):.1f} µs)" for name, v in commands
         ),
     }
 
@@ -477,7 +477,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             f"{CAPACITY_TASKS} tasks of one client process take {CAPACITY_LOCKS:,} distinct locks, nobody waiting. "
             "Server CPU: redis-server's user + system time per acquire + release cycle; one Redis core carries "
             "1 s / that. Server busy: its CPU time over the run's time (1.0 = the core was saturated; below it, the "
-            "client was the limit). Commands: per cycle, with the server's time per call.",
+            "client was the limit). Commands: every command per cycle, with the server's time per call, most time first; "
+            "a script's (evalsha) time includes that of the commands it runs.",
             "",
             "| library | language | cycles/s (client) | server busy | server CPU per cycle (µs) | cycles/s one core carries | / cheapest peer | commands per cycle |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
