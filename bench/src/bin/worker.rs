@@ -5,8 +5,9 @@
 //! workers:
 //!
 //! - `worker rtt URL N`: N raw round trips of the server (PING and EVALSHA of `return 1` on
-//!   Redis, `exists /` on ZooKeeper, `SELECT 1` on PostgreSQL and MariaDB); prints
-//!   `{"ping": [ns…], "evalsha": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
+//!   Redis, and a cycle of dlock's ACQUIRE and RELEASE scripts on a bare connection;
+//!   `exists /` on ZooKeeper, `SELECT 1` on PostgreSQL and MariaDB); prints
+//!   `{"ping": [ns…], "evalsha": [ns…], "dlock scripts": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
 //!   or `{"mariadb select": [ns…]}`.
 //! - `worker uncontended LIB URL NAME N`: N acquire + release cycles of a lock nobody else
 //!   uses; prints `{"samples": [ns…], "total": ns}`.
@@ -194,11 +195,59 @@ async fn rtt(url: &str, n: usize) -> String {
         let _: i64 = script.invoke_async(&mut con).await.expect("EVALSHA");
         times(&mut evalsha, t);
     }
+    let scripts = dlock_scripts(&mut con, n).await;
     format!(
-        "{{{}, {}}}",
+        "{{{}, {}, {}}}",
         print_samples("ping", &ping),
-        print_samples("evalsha", &evalsha)
+        print_samples("evalsha", &evalsha),
+        print_samples("dlock scripts", &scripts)
     )
+}
+
+/// dlock's own uncontended cycle without dlock's client: the ACQUIRE and RELEASE scripts with
+/// the keys and arguments the engine sends (PROTOCOL.md §5), each one EVALSHA on a bare
+/// redis-rs connection. A dlock cycle's time over this one is what its client adds; this
+/// one's over two EVALSHA of `return 1` is what its scripts cost the server.
+async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) -> Vec<u64> {
+    use dlock_core::redis::{self as protocol, Fairness, LockKeys, Mode, RedisOp};
+    let keys = LockKeys::new("bench-dlock-scripts");
+    let token = dlock_core::owner_token(dlock_core::ClientId(0xbe4c), 1);
+    let lease = Duration::from_secs(10);
+    // Loaded once, then each a ready EVALSHA command: what is timed is the server and the wire.
+    let mut evalsha = async |op: RedisOp| {
+        let RedisOp::Eval { script, keys, args } = op else {
+            unreachable!("a script")
+        };
+        let script = redis::Script::new(&script.source());
+        let _: String = script.load_async(con).await.expect("SCRIPT LOAD");
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args);
+        cmd
+    };
+    let take = evalsha(protocol::acquire(
+        &keys,
+        &token,
+        lease,
+        1,
+        Mode::Wait,
+        lease,
+        Fairness::Fair,
+    ))
+    .await;
+    let give = evalsha(protocol::release(&keys, &token, 0, Fairness::Fair)).await;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = now_ns();
+        let taken: Vec<i64> = take.query_async(con).await.expect("ACQUIRE");
+        let given: Vec<i64> = give.query_async(con).await.expect("RELEASE");
+        samples.push(now_ns() - t);
+        // Acquired ({1, token, 1}), then freed with nobody to hand it to ({2, 0}).
+        assert!(taken[0] == 1 && given == [2, 0], "{taken:?} {given:?}");
+    }
+    samples
 }
 
 async fn contend(
