@@ -212,6 +212,30 @@ bench-sql seconds="3" cycles="2000":
 bench-fairness:
     cargo run --quiet --release -p dlock-bench --bin fairness
 
+# The client's CPU per uncontended acquire + release on Redis, counted in instructions under
+# valgrind's callgrind (exact from run to run, where timings on a shared machine are not):
+# dlock from Rust (native, Wasm) and Python next to rslock, redis-py Lock and
+# python-redis-lock. Writes bench/results/instructions.md. Needs valgrind.
+bench-instructions: (bench-build "python")
+    #!/usr/bin/env bash
+    set -euo pipefail
+    command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+    target/bench-venv/bin/python bench/instructions.py --python target/bench-venv/bin/python
+
+# What the benchmarks run, as users install it: the wheel (and with "node" the addon, which
+# also lands in node/) of `just dist` in target/bench-venv beside the Python peers, the Wasm
+# component and the Rust worker (release builds).
+bench-build *parts:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    venv=target/bench-venv
+    [ -x $venv/bin/python ] || python3 -m venv $venv
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest redis python-redis-lock pottery kazoo matplotlib
+    just dist {{parts}} --target x86_64-unknown-linux-gnu
+    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps dist/python/dlock-*-manylinux2014_x86_64.*.whl
+    just wasm
+    cargo build --release --quiet -p dlock-bench --bin worker
+
 # Every library side by side against one redis-server, one ZooKeeper, one PostgreSQL and one
 # MariaDB it starts (release builds): dlock from Rust, Wasm, Python and Node next to redis-py,
 # python-redis-lock, pottery, node-redlock, rslock, Redisson, kazoo, Curator,
@@ -219,18 +243,11 @@ bench-fairness:
 # bench/node/node_modules and Maven's cache, never into the project. Writes
 # bench/results/latest.md and latest.svg and the README's table. `just bench 3 2000 kazoo`
 # runs only the libraries whose label matches the third argument (README untouched).
-bench seconds="3" cycles="2000" only="" backends="redis,zk,postgres,mariadb":
+bench seconds="3" cycles="2000" only="" backends="redis,zk,postgres,mariadb": (bench-build "python" "node")
     #!/usr/bin/env bash
     set -euo pipefail
     venv=target/bench-venv
-    [ -x $venv/bin/python ] || python3 -m venv $venv
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check pytest redis python-redis-lock pottery kazoo matplotlib
-    # What users install: the wheel and the addon of `just dist` (the addon also lands in node/).
-    just dist python node --target x86_64-unknown-linux-gnu
-    $venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps dist/python/dlock-*-manylinux2014_x86_64.*.whl
     (cd bench/node && npm install --no-audit --no-fund --loglevel=error)
-    just wasm
-    cargo build --release --quiet -p dlock-bench --bin worker
     rm -f bench/java/target/worker.jar
     if ! command -v mvn >/dev/null; then
       echo "Maven is not installed: the JVM peers are skipped"
