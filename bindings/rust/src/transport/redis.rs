@@ -1,6 +1,7 @@
 //! `redis://`: one multiplexed, self-reconnecting connection for scripts and one pub/sub
-//! connection for wake-ups, reconnected with backoff. Scripts run with EVALSHA and fall back
-//! to EVAL on NOSCRIPT (the redis crate's `Script` does this).
+//! connection for wake-ups, reconnected with backoff. Scripts run with EVALSHA; on NOSCRIPT
+//! (a restarted or flushed server) the script is loaded with SCRIPT LOAD and run again, never
+//! with EVAL (PROTOCOL.md §1 grants a client `evalsha` and `script|load`).
 //!
 //! `redis-cluster://`: the redis crate's cluster connection routes each script to the node
 //! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
