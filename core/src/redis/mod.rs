@@ -25,7 +25,7 @@ const PERMITS: &str = include_str!("lua/permits.lua");
 /// Helpers of the read-write lock scripts, after [`HOLDERS`].
 const RW: &str = include_str!("lua/rw.lua");
 
-/// The protocol's scripts. Run with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
+/// The protocol's scripts. Run with `EVALSHA` (after `SCRIPT LOAD` on `NOSCRIPT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Script {
     Acquire,
@@ -127,8 +127,8 @@ impl Script {
         }
     }
 
-    /// The full Lua source sent to the server (shared helpers first; the fenced write and the
-    /// ACL probe, which touch no lock, have none).
+    /// The full Lua source sent to the server: the shared helpers its body calls, then the
+    /// body (the fenced write and the ACL probe, which touch no lock, call none).
     pub fn source(self) -> String {
         let (helpers, body) = match self {
             Script::FencedWrite => return include_str!("lua/fenced_write.lua").to_owned(),
@@ -162,7 +162,7 @@ impl Script {
             Script::RwRelease => (&[HOLDERS, RW][..], include_str!("lua/rw_release.lua")),
             Script::RwDequeue => (&[HOLDERS, RW][..], include_str!("lua/rw_dequeue.lua")),
         };
-        let source = [&[PRELUDE][..], helpers, &[body][..]].concat().concat();
+        let source = with_helpers([&[PRELUDE][..], helpers].concat(), body);
         if self == Script::Release && plant::on(Plant::ReleaseTokenMinusOne) {
             let wake =
                 "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms())))";
@@ -171,6 +171,47 @@ impl Script {
         }
         source
     }
+}
+
+/// `body` after the helpers it calls, directly or through another helper, in the order
+/// `files` define them (each file's blocks are separated by blank lines; a block that
+/// defines no function, such as a file's header comment, is kept). A helper is a closure the
+/// script makes every time it runs, so a script carries only those it can run.
+fn with_helpers(files: Vec<&str>, body: &str) -> String {
+    let blocks: Vec<&str> = files
+        .iter()
+        .flat_map(|f| f.split_terminator("\n\n"))
+        .collect();
+    fn defines(block: &str) -> Option<&str> {
+        let (_, rest) = block.split_once("local function ")?;
+        rest.split_once('(').map(|(name, _)| name)
+    }
+    let mut kept: Vec<bool> = blocks.iter().map(|b| defines(b).is_none()).collect();
+    let mut callers = vec![body];
+    while let Some(text) = callers.pop() {
+        for (i, block) in blocks.iter().enumerate() {
+            if !kept[i] && defines(block).is_some_and(|name| calls(text, name)) {
+                kept[i] = true;
+                callers.push(block);
+            }
+        }
+    }
+    let mut source = String::new();
+    for (block, _) in blocks.iter().zip(&kept).filter(|(_, kept)| **kept) {
+        source.push_str(block.trim_end_matches('\n'));
+        source.push_str("\n\n");
+    }
+    source.push_str(body);
+    source
+}
+
+/// Whether Lua `text` calls the function `name` (not a field of that name, as `math.floor`).
+fn calls(text: &str, name: &str) -> bool {
+    let call = format!("{name}(");
+    text.match_indices(&call).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    })
 }
 
 /// The fenced write, for the resource a lock protects (not part of the lock protocol):
@@ -996,10 +1037,10 @@ pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{PRELUDE, SCRIPT_COMMANDS, Script};
+    use super::{SCRIPT_COMMANDS, Script};
 
-    /// Each family's list of commands is exactly what its scripts call (the prelude's
-    /// helpers count only where a script calls them).
+    /// Each family's list of commands is exactly what its scripts call (a script carries
+    /// only the helpers it calls).
     #[test]
     fn script_commands_are_exactly_what_the_scripts_call() {
         for (redisson, listed) in [
@@ -1008,12 +1049,7 @@ mod tests {
         ] {
             let mut called = std::collections::BTreeSet::new();
             for script in Script::ALL.into_iter().filter(|s| s.redisson() == redisson) {
-                let source = script.source();
-                let body = match redisson {
-                    // The prelude's helpers that the Redisson scripts use.
-                    true => source.replace(PRELUDE, "redis.call('TIME') redis.call('INCR') redis.call('SET') redis.call('PTTL') redis.call('PEXPIRE')"),
-                    false => source,
-                };
+                let body = script.source();
                 for call in body.split("redis.call(").skip(1) {
                     let name = call.strip_prefix('\'').and_then(|c| c.split_once('\''));
                     let (name, _) = name.unwrap_or_else(|| {
@@ -1027,5 +1063,50 @@ mod tests {
                 listed.iter().map(|c| c.to_string()).collect();
             assert_eq!(called, listed, "redisson: {redisson}");
         }
+    }
+
+    /// A script carries the helpers it calls and the helpers they call, in the prelude's
+    /// order, and no other: each is a closure made every time the script runs.
+    #[test]
+    fn a_script_carries_only_the_helpers_it_calls() {
+        let defined = |script: Script| -> Vec<String> {
+            let source = script.source();
+            let mut names = Vec::new();
+            for def in source.split("local function ").skip(1) {
+                names.push(def.split_once('(').expect("a name").0.to_owned());
+            }
+            names
+        };
+        let acquire = [
+            "now_ms",
+            "live_head",
+            "next_token",
+            "grant",
+            "enqueue",
+            "stretch",
+        ];
+        assert_eq!(defined(Script::Acquire), acquire);
+        let release = [
+            "now_ms",
+            "live_head",
+            "next_token",
+            "grant",
+            "wake",
+            "pop_head",
+            "hand_off",
+            "wake_head",
+        ];
+        assert_eq!(defined(Script::Release), release);
+        assert_eq!(defined(Script::Extend), ["stretch"]);
+        assert_eq!(defined(Script::RedissonStatus), Vec::<String>::new());
+        assert!(
+            Script::PermitAcquire
+                .source()
+                .contains("local function live_holders(")
+        );
+        // A field of the same name is not a call.
+        assert!(super::calls("x = floor(1)", "floor"));
+        assert!(!super::calls("x = math.floor(1)", "floor"));
+        assert!(!super::calls("x = my_floor(1)", "floor"));
     }
 }

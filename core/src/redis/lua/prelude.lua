@@ -3,12 +3,16 @@
 
 -- Server time in milliseconds. Only the server's clock is ever used for shared state. It is
 -- read once per script, and only by a script that needs it (a release with nobody queued
--- does not): every helper below asks for it where it compares or grants.
-local clock
+-- does not): every helper below asks for it where it compares or grants. `stamp` is the same
+-- time × 1000 (the floor of fencing tokens) as decimal text made of TIME's own digits: Redis
+-- before 7.2 turns a number passed to redis.call into text with printf, the costliest step of
+-- an uncontended acquire, so the hot path hands Redis text.
+local clock, stamp
 local function now_ms()
   if not clock then
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local ms = string.sub(string.rep('0', 6 - #t[2]) .. t[2], 1, 3)
+    clock, stamp = tonumber(t[1] .. ms), t[1] .. ms .. '000'
   end
   return clock
 end
@@ -16,7 +20,7 @@ end
 -- Drops queue heads whose waiter lease has run out; returns the live head and its deadline.
 local function live_head(queue, waiters)
   while true do
-    local head = redis.call('LINDEX', queue, 0)
+    local head = redis.call('LINDEX', queue, '0')
     if not head then return nil end
     local deadline = redis.call('ZSCORE', waiters, head)
     if deadline and tonumber(deadline) > now_ms() then return head, tonumber(deadline) end
@@ -27,21 +31,21 @@ end
 
 -- The fencing token of a new tenure: one more than the last, and never less than the server
 -- time in ms × 1000, so tokens keep growing past a restart or failover that lost the counter.
+-- Returns it as a number and as decimal text.
 local function next_token(fence)
   local token = redis.call('INCR', fence)
-  local floor = now_ms() * 1000
-  if token < floor then
-    token = floor
-    redis.call('SET', fence, string.format('%.0f', token))
+  if token < now_ms() * 1000 then
+    redis.call('SET', fence, stamp)
+    return now_ms() * 1000, stamp
   end
-  return token
+  return token, string.format('%.0f', token)
 end
 
 -- Makes `owner` the holder of `lock` (a lock's hash, or a semaphore's permit) in a new tenure
--- that lives `ttl` ms; returns its fencing token.
+-- that lives `ttl` ms (a number, or the decimal text a client sent); returns its fencing token.
 local function grant(lock, owner, fence, ttl)
-  local token = next_token(fence)
-  redis.call('HSET', lock, 'owner', owner, 'count', 1, 'fence', string.format('%.0f', token))
+  local token, text = next_token(fence)
+  redis.call('HSET', lock, 'owner', owner, 'count', '1', 'fence', text)
   redis.call('PEXPIRE', lock, ttl)
   return token
 end

@@ -11,10 +11,10 @@ local field, lease = ARGV[1], tonumber(ARGV[2])
 if redis.call('EXISTS', lock) == 0 then
   redis.call('HSET', lock, field, 1)
   redis.call('PEXPIRE', lock, lease)
-  return {1, next_token(fence)}
+  return {1, (next_token(fence))}
 end
 if redis.call('HEXISTS', lock, field) == 1 then
   stretch(lock, lease)
-  return {1, next_token(fence)}
+  return {1, (next_token(fence))}
 end
 return {0, redis.call('PTTL', lock)}
