@@ -52,14 +52,14 @@ impl Protocol {
     pub fn status_requests(&self, name: &str) -> Result<Vec<Op>, Error> {
         self.check_name(name)?;
         Ok(match self {
-            Protocol::Redis => vec![Op::Redis(redis::status(&redis::LockKeys::new(name)))],
+            Protocol::Redis => vec![Op::Redis(redis::status(redis::LockKeys::new(name)))],
             Protocol::Redisson => vec![Op::Redis(redisson::status(&redisson::Keys::new(name)))],
             Protocol::ZooKeeper(zk) => vec![Op::Zk(zk::ZkOp::Children {
                 path: zk::lock_dir(&zk.root, name),
             })],
             Protocol::Sql(settings) => vec![Op::Sql(settings.status(name))],
             Protocol::Redlock { nodes } => {
-                let op = redis::status(&redis::LockKeys::new(name));
+                let op = redis::status(redis::LockKeys::new(name));
                 (0..*nodes)
                     .map(|node| Op::Redlock {
                         node,

@@ -186,7 +186,7 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
                 ["", "a:1", "b b"][rng.below(3) as usize],
             )
         }
-        23 => redis::resign(&keys, token),
+        23 => redis::resign(keys.clone(), token),
         24 => redis::leader(&keys),
         17..=19 => {
             let hold = rw_hold(rng);
@@ -221,7 +221,7 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
             let mode = [Mode::Try, Mode::Wait, Mode::Refresh][rng.below(3) as usize];
             let count = 1 + rng.below(3) as u32;
             redis::acquire(
-                &keys,
+                keys.clone(),
                 token,
                 lease,
                 count,
@@ -230,9 +230,9 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
                 fairness(rng),
             )
         }
-        5..=6 => redis::release(&keys, token, rng.below(3) as u32, fairness(rng)),
-        7 => redis::dequeue(&keys, token),
-        8 => redis::status(&keys),
+        5..=6 => redis::release(keys.clone(), token, rng.below(3) as u32, fairness(rng)),
+        7 => redis::dequeue(keys.clone(), token),
+        8 => redis::status(keys.clone()),
         _ => {
             let n = 1 + rng.below(3) as usize;
             let picks: Vec<(LockKeys, String, Duration)> = (0..n)
@@ -562,8 +562,9 @@ fn non_fair_scripts_match_redis_server() {
         .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
         .collect();
     let lease = Duration::from_secs(60);
-    let acquire =
-        |token: &str, mode, fairness| redis::acquire(&keys, token, lease, 1, mode, lease, fairness);
+    let acquire = |token: &str, mode, fairness| {
+        redis::acquire(keys.clone(), token, lease, 1, mode, lease, fairness)
+    };
     let steps = [
         (
             "t0 takes the lock, barging",
@@ -573,7 +574,7 @@ fn non_fair_scripts_match_redis_server() {
         ("t2 queues, non-fair", acquire(&t[2], Mode::Wait, NonFair)),
         (
             "t0 frees it, waking t1",
-            redis::release(&keys, &t[0], 0, NonFair),
+            redis::release(keys.clone(), &t[0], 0, NonFair),
         ),
         ("t3 defers to t1", acquire(&t[3], Mode::Try, Fair)),
         (
@@ -583,17 +584,17 @@ fn non_fair_scripts_match_redis_server() {
         ("t1 finds it taken", acquire(&t[1], Mode::Refresh, Fair)),
         (
             "t2 hands it to t1, fairly",
-            redis::release(&keys, &t[2], 0, Fair),
+            redis::release(keys.clone(), &t[2], 0, Fair),
         ),
         ("t3 queues", acquire(&t[3], Mode::Wait, NonFair)),
         (
             "t1 frees it for t3",
-            redis::release(&keys, &t[1], 0, NonFair),
+            redis::release(keys.clone(), &t[1], 0, NonFair),
         ),
         ("t3 takes it", acquire(&t[3], Mode::Refresh, Fair)),
         (
             "t3 frees it with nobody waiting",
-            redis::release(&keys, &t[3], 0, NonFair),
+            redis::release(keys.clone(), &t[3], 0, NonFair),
         ),
     ];
     pair.run(steps.map(|(what, op)| (what, op, None)), |_| {});
@@ -969,8 +970,9 @@ fn election_scripts_match_redis_server() {
         .map(|i| dlock_core::owner_token(ClientId(0xe1ec7), i))
         .collect();
     let lease = Duration::from_secs(60);
-    let acquire =
-        |token: &str, mode| redis::acquire(&keys, token, lease, 1, mode, lease, Fairness::Fair);
+    let acquire = |token: &str, mode| {
+        redis::acquire(keys.clone(), token, lease, 1, mode, lease, Fairness::Fair)
+    };
     let reply = pair.compare(acquire(&t[0], Mode::Try), "t0 leads");
     let Value::Array(items) = &reply else {
         panic!("acquire replied {reply:?}")
@@ -992,13 +994,16 @@ fn election_scripts_match_redis_server() {
         ),
         ("t0 leads with a:1", redis::leader(&keys)),
         ("t1 queues", acquire(&t[1], Mode::Wait)),
-        ("t1 cannot resign", redis::resign(&keys, &t[1])),
+        ("t1 cannot resign", redis::resign(keys.clone(), &t[1])),
         (
             "t0 resigns, handing over to t1",
-            redis::resign(&keys, &t[0]),
+            redis::resign(keys.clone(), &t[0]),
         ),
         ("t1 holds, nothing proclaimed", redis::leader(&keys)),
-        ("t1 resigns, nobody waits", redis::resign(&keys, &t[1])),
+        (
+            "t1 resigns, nobody waits",
+            redis::resign(keys.clone(), &t[1]),
+        ),
         ("free", redis::leader(&keys)),
     ] {
         pair.compare(op, what);

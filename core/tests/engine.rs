@@ -681,7 +681,7 @@ fn a_lost_wake_up_costs_at_most_a_third_of_the_waiter_lease() {
     let token = dlock_core::owner_token(ClientId(0xabc0), hold.0);
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
     let RedisOp::Eval { script, keys, args } =
-        redis::release(&keys, &token, 0, redis::Fairness::Fair)
+        redis::release(keys.clone(), &token, 0, redis::Fairness::Fair)
     else {
         unreachable!()
     };
@@ -1201,7 +1201,7 @@ fn losing_one_member_loses_the_multi_lock_once_and_frees_the_rest() {
     // it. The members were the engine's first tenures: "a" is 1, "b" is 2.
     let token = dlock_core::owner_token(ClientId(0xabc0), 2);
     let RedisOp::Eval { script, keys, args } =
-        redis::release(&LockKeys::new("b"), &token, 0, redis::Fairness::Fair)
+        redis::release(LockKeys::new("b"), &token, 0, redis::Fairness::Fair)
     else {
         panic!("release is a script")
     };

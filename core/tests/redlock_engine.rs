@@ -139,7 +139,7 @@ impl Bed {
     fn occupy(&mut self, node: u32) {
         let keys = LockKeys::new("job");
         let op = dlock_core::redis::acquire(
-            &keys,
+            keys.clone(),
             "ffffffffffffffffffffffffffffffff-1",
             LEASE,
             1,
@@ -271,7 +271,7 @@ fn the_token_is_the_largest_counter_and_is_raised_on_a_majority() {
     let statuses: Vec<Result<LockStatus, Error>> = (0..3)
         .map(|n| {
             let keys = LockKeys::new("job");
-            let op = dlock_core::redis::status(&keys);
+            let op = dlock_core::redis::status(keys.clone());
             let RedisOp::Eval { script, keys, args } = op else {
                 unreachable!()
             };

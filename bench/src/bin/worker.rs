@@ -228,7 +228,7 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
         cmd
     };
     let take = evalsha(protocol::acquire(
-        &keys,
+        keys.clone(),
         &token,
         lease,
         1,
@@ -237,7 +237,7 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
         Fairness::Fair,
     ))
     .await;
-    let give = evalsha(protocol::release(&keys, &token, 0, Fairness::Fair)).await;
+    let give = evalsha(protocol::release(keys, &token, 0, Fairness::Fair)).await;
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = now_ns();

@@ -155,7 +155,7 @@ async fn a_holder_that_stops_renewing_loses_the_lock_after_its_lease() {
     let keys = LockKeys::new("abandoned");
     let dead = dlock_core::owner_token(dlock_core::ClientId(0xdead), 1);
     let op = protocol::acquire(
-        &keys,
+        keys.clone(),
         &dead,
         400 * MS,
         1,
@@ -262,7 +262,7 @@ async fn release_and_extend_by_a_non_owner_change_nothing() {
     let intruder = dlock_core::owner_token(dlock_core::ClientId(0xbad), 1);
     let released = run_script(
         &mut con,
-        protocol::release(&keys, &intruder, 0, protocol::Fairness::Fair),
+        protocol::release(keys.clone(), &intruder, 0, protocol::Fairness::Fair),
     )
     .await;
     assert_eq!(released, redis::Value::Array(vec![redis::Value::Int(0)]));

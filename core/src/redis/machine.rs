@@ -172,7 +172,7 @@ impl Keys {
     ) -> RedisOp {
         match &self.target {
             Target::Lock => redis::acquire(
-                &LockKeys::new(name),
+                LockKeys::new(name),
                 token,
                 lease,
                 count,
@@ -198,8 +198,8 @@ impl Keys {
     /// The RELEASE of tenure `token` of lock `name` down to `count` levels (a permit has one).
     fn release(&self, name: &str, token: &str, count: u32) -> RedisOp {
         match &self.target {
-            Target::Lock if self.leads && count == 0 => redis::resign(&LockKeys::new(name), token),
-            Target::Lock => redis::release(&LockKeys::new(name), token, count, self.fairness),
+            Target::Lock if self.leads && count == 0 => redis::resign(LockKeys::new(name), token),
+            Target::Lock => redis::release(LockKeys::new(name), token, count, self.fairness),
             Target::Permit { keys, .. } => redis::permit_release(keys, token, self.fairness),
             Target::Rw(_) => redis::rw_release(&self.rw_hold(token), count),
         }
@@ -208,7 +208,7 @@ impl Keys {
     /// The DEQUEUE of waiter `token` of lock `name`, which gives up.
     fn dequeue(&self, name: &str, token: &str) -> RedisOp {
         match &self.target {
-            Target::Lock => redis::dequeue(&LockKeys::new(name), token),
+            Target::Lock => redis::dequeue(LockKeys::new(name), token),
             Target::Permit { keys, .. } => redis::permit_dequeue(keys, token),
             Target::Rw(_) => redis::rw_dequeue(&self.rw_hold(token)),
         }

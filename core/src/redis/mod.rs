@@ -401,13 +401,8 @@ impl LockKeys {
         }
     }
 
-    fn all(&self) -> Vec<String> {
-        vec![
-            self.lock.clone(),
-            self.fence.clone(),
-            self.queue.clone(),
-            self.waiters.clone(),
-        ]
+    fn into_vec(self) -> Vec<String> {
+        vec![self.lock, self.fence, self.queue, self.waiters]
     }
 }
 
@@ -598,7 +593,7 @@ pub enum Fairness {
 }
 
 pub fn acquire(
-    keys: &LockKeys,
+    keys: LockKeys,
     token: &str,
     lease: Duration,
     count: u32,
@@ -618,21 +613,21 @@ pub fn acquire(
     }
     RedisOp::Eval {
         script: Script::Acquire,
-        keys: keys.all(),
+        keys: keys.into_vec(),
         args,
     }
 }
 
 /// RELEASE down to `count` levels; at 0 the lock is handed to the first waiter, or (non-fair)
 /// freed with the first waiter woken.
-pub fn release(keys: &LockKeys, token: &str, count: u32, fairness: Fairness) -> RedisOp {
+pub fn release(keys: LockKeys, token: &str, count: u32, fairness: Fairness) -> RedisOp {
     let mut args = vec![token.to_owned(), count.to_string()];
     if fairness == Fairness::NonFair && count == 0 {
         args.push("free".into());
     }
     RedisOp::Eval {
         script: Script::Release,
-        keys: keys.all(),
+        keys: keys.into_vec(),
         args,
     }
 }
@@ -750,10 +745,10 @@ pub fn rw_dequeue(hold: &RwHold<'_>) -> RedisOp {
     }
 }
 
-pub fn dequeue(keys: &LockKeys, token: &str) -> RedisOp {
+pub fn dequeue(keys: LockKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Dequeue,
-        keys: keys.all(),
+        keys: keys.into_vec(),
         args: vec![token.to_owned()],
     }
 }
@@ -791,10 +786,10 @@ pub fn raise(keys: &LockKeys, token: &str, fencing_token: u64) -> RedisOp {
 }
 
 /// STATUS for one lock.
-pub fn status(keys: &LockKeys) -> RedisOp {
+pub fn status(keys: LockKeys) -> RedisOp {
     RedisOp::Eval {
         script: Script::Status,
-        keys: keys.all(),
+        keys: keys.into_vec(),
         args: Vec::new(),
     }
 }
@@ -934,10 +929,10 @@ pub fn proclaim(keys: &LockKeys, token: &str, term: u64, value: &str) -> RedisOp
 
 /// RESIGN: the final release of tenure `token` that leads the election of lock `keys`; it
 /// hands the lock off as RELEASE does and tells the election's observers.
-pub fn resign(keys: &LockKeys, token: &str) -> RedisOp {
+pub fn resign(keys: LockKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Resign,
-        keys: keys.all(),
+        keys: keys.into_vec(),
         args: vec![token.to_owned()],
     }
 }

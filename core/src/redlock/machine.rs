@@ -209,7 +209,7 @@ impl Redlock {
         t.data.round = round;
         let lease = t.lease + self.lock_delay;
         let op = redis::acquire(
-            &t.data.keys,
+            t.data.keys.clone(),
             &self.token(t),
             lease,
             1,
@@ -590,7 +590,7 @@ impl Redlock {
         if life.closed() {
             return;
         }
-        let op = redis::release(keys, token, 0, Fairness::Fair);
+        let op = redis::release(keys.clone(), token, 0, Fairness::Fair);
         let timeout = node_timeout(life.base.request_timeout, lease);
         self.send(life, node, op, Purpose::Cleanup, timeout);
     }
@@ -676,7 +676,8 @@ impl Backend for Redlock {
     }
 
     fn release(&mut self, life: &mut Life, op: OpId, seq: u64, t: Tenure<Redlock>) {
-        let req = redis::release(&t.data.keys, &self.token(&t), 0, Fairness::Fair);
+        let token = self.token(&t);
+        let req = redis::release(t.data.keys, &token, 0, Fairness::Fair);
         self.round(life, RoundKind::Release { op }, &[(seq, t.lease)], req);
     }
 
