@@ -1032,7 +1032,7 @@ pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{SCRIPT_COMMANDS, Script};
+    use super::{HOLDERS, PERMITS, PRELUDE, RW, SCRIPT_COMMANDS, Script};
 
     /// Each family's list of commands is exactly what its scripts call (a script carries
     /// only the helpers it calls).
@@ -1099,6 +1099,14 @@ mod tests {
                 .source()
                 .contains("local function live_holders(")
         );
+        // What `with_helpers` keeps or drops whole: a block of one function, or of comments.
+        for file in [PRELUDE, HOLDERS, PERMITS, RW] {
+            for block in file.split_terminator("\n\n") {
+                let functions = block.matches("local function ").count();
+                let comments = block.lines().all(|l| l.starts_with("--"));
+                assert!(functions == 1 || (functions == 0 && comments), "{block}");
+            }
+        }
         // A field of the same name is not a call.
         assert!(super::calls("x = floor(1)", "floor"));
         assert!(!super::calls("x = math.floor(1)", "floor"));
