@@ -482,7 +482,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             "Server CPU: redis-server's user + system time per acquire + release cycle; one Redis core carries "
             "1 s / that. Server busy: its CPU time over the run's time (1.0 = the core was saturated; below it, the "
             "client was the limit). Commands: every command per cycle, with the server's time per call, most time first; "
-            "a script's (evalsha) time includes that of the commands it runs.",
+            "a script's (fcall, evalsha) time includes that of the commands it runs.",
             "",
             "| library | language | cycles/s (client) | server busy | server CPU per cycle (µs) | cycles/s one core carries | / cheapest peer | commands per cycle |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",

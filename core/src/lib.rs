@@ -79,6 +79,7 @@ mod config;
 mod election;
 mod engine;
 mod error;
+mod fnv;
 mod ids;
 mod jitter;
 mod lock;

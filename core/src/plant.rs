@@ -30,7 +30,8 @@ pub enum Plant {
     NoTimeFloor,
     /// The reference Redis hands a released lock over for the waiter lease + 30 s.
     LongHandOff,
-    /// RELEASE's Lua publishes the fencing token − 1 in its hand-off wake-up.
+    /// RELEASE's Lua publishes the fencing token − 1 in its hand-off wake-up (in the function
+    /// library, where the hand-off helper is shared, every function's that hands off).
     ReleaseTokenMinusOne,
     /// A ZooKeeper confirmation proves 1.5 session timeouts instead of one.
     ZkLongValidity,

@@ -335,11 +335,59 @@ async fn bad_input_gets_a_typed_error_and_sends_nothing() {
     );
 }
 
-/// A server that forgot its scripts (SCRIPT FLUSH, or a restart) answers NOSCRIPT: the client
-/// loads the script (SCRIPT LOAD, never EVAL) and runs it again, unseen by the caller.
+/// A server that forgot the function library (FUNCTION FLUSH, or a new primary that never had
+/// it) answers "Function not found": the client loads the library (FUNCTION LOAD REPLACE)
+/// and calls again, unseen by the caller; EVALSHA is never sent.
 #[tokio::test]
-async fn a_flushed_script_cache_is_loaded_again_unseen() {
+async fn a_flushed_function_library_is_loaded_again_unseen() {
     let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client.lock("flushed").acquire().await.unwrap();
+    let mut con = raw(&server).await;
+    let library = protocol::library();
+    let libraries = |con: &mut redis::aio::MultiplexedConnection| {
+        let mut con = con.clone();
+        async move {
+            let list: redis::Value = redis::cmd("FUNCTION")
+                .arg("LIST")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            format!("{list:?}")
+        }
+    };
+    assert!(libraries(&mut con).await.contains(&library.name));
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!libraries(&mut con).await.contains(&library.name));
+    guard.release().await.expect("released through a reload");
+    assert!(
+        libraries(&mut con).await.contains(&library.name),
+        "loaded again"
+    );
+    let keys = LockKeys::new("flushed");
+    assert!(!con.exists::<_, bool>(&keys.lock).await.unwrap());
+    let again = client.lock("flushed").acquire().await.unwrap();
+    again.release().await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_fcall:"), "{stats}");
+    assert!(!stats.contains("cmdstat_evalsha:"), "{stats}");
+}
+
+/// A server without functions (Redis before 7; here FCALL renamed away) gets EVALSHA from
+/// the first refusal on; when it forgot its scripts (SCRIPT FLUSH, or a restart) it answers
+/// NOSCRIPT, and the client loads the script (SCRIPT LOAD, never EVAL) and runs it again,
+/// unseen by the caller.
+#[tokio::test]
+async fn without_functions_a_flushed_script_cache_is_loaded_again_unseen() {
+    let server = RedisServer::start_with(&["--rename-command", "FCALL", ""]);
     let client = connect(&server.url()).await.unwrap();
     let guard = client.lock("flushed").acquire().await.unwrap();
     let mut con = raw(&server).await;
@@ -749,14 +797,19 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
 }
 
 /// A user with exactly `dlock_core::redis::acl_rules()` (keys and channels under `dlock:`, the
-/// client's and the scripts' commands) can use every primitive; one without some of them fails
-/// to connect (the ACL probe) naming them; a fenced write outside its keys is refused with
-/// NOPERM before it wrote anything.
+/// client's and the scripts' commands) can use every primitive, by FCALL; so can one with the
+/// rules of earlier releases, without `fcall` and `function|load`, by EVALSHA. One without
+/// some of the scripts' commands fails to connect (the ACL probe) naming them; a fenced write
+/// outside its keys is refused with NOPERM before it wrote anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_acl_user_uses_every_primitive() {
     let rules = protocol::acl_rules();
     let mut args = vec!["--user", "locker", "on", ">pw"];
     args.extend(rules.split(' '));
+    let classic = rules.replace(" +fcall", "").replace(" +function|load", "");
+    assert_ne!(classic, rules);
+    args.extend(["--user", "classic", "on", ">pw"]);
+    args.extend(classic.split(' '));
     args.extend(["--user", "admin", "on", ">admin", "~*", "&*", "+@all"]);
     // A user without two of the scripts' commands.
     let partial = rules.replace(" +publish", "").replace(" +zadd", "");
@@ -770,11 +823,36 @@ async fn a_least_privilege_acl_user_uses_every_primitive() {
         .unwrap_err();
     assert!(matches!(e, Error::Connect(_)), "{e:?}");
     assert!(e.to_string().contains("publish, zadd"), "{e}");
-    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
-    let a = connect(&url)
+    let admin = |command: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port().to_string()])
+            .args(["--user", "admin", "--pass", "admin", "--no-auth-warning"])
+            .args(command)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (user, by) in [
+        ("locker", "cmdstat_fcall:"),
+        ("classic", "cmdstat_evalsha:"),
+    ] {
+        admin(&["CONFIG", "RESETSTAT"]);
+        every_primitive(&format!("redis://{user}:pw@127.0.0.1:{}", server.port())).await;
+        let stats = admin(&["INFO", "commandstats"]);
+        assert!(stats.contains(by), "{user}: {stats}");
+        assert_eq!(
+            admin(&["EXISTS", "stock:42"]).trim(),
+            "0",
+            "nothing half-done"
+        );
+    }
+}
+
+async fn every_primitive(url: &str) {
+    let a = connect(url)
         .await
         .expect("the least-privilege user connects");
-    let b = connect(&url).await.unwrap();
+    let b = connect(url).await.unwrap();
 
     // A lock: reentrant, renewed, handed to a waiter by its release (PUBLISH on the channel).
     let outer = a.lock("acl").owner(1).acquire().await.unwrap();
@@ -839,21 +917,4 @@ async fn a_least_privilege_acl_user_uses_every_primitive() {
         "{e}"
     );
     held.release().await.unwrap();
-    let out = std::process::Command::new("redis-cli")
-        .args([
-            "-p",
-            &server.port().to_string(),
-            "--user",
-            "admin",
-            "--pass",
-            "admin",
-        ])
-        .args(["--no-auth-warning", "EXISTS", "stock:42"])
-        .output()
-        .expect("redis-cli");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "0",
-        "nothing half-done"
-    );
 }

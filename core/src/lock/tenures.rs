@@ -6,6 +6,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
+use crate::fnv::Fnv;
 use crate::lock::Backend;
 use crate::status::HoldInfo;
 use crate::time::Instant;
@@ -276,30 +277,11 @@ fn slot<B: Backend>(t: &Tenure<B>) -> Option<u64> {
 
 /// The slot of (kind, name, owner) in the index: a hash without a random key, so that the
 /// engine stays deterministic (two slots may share one; [`Tenures::slot`] tells them apart).
+/// FNV-1a: the index needs spread, not resistance to names chosen to collide (names that
+/// share a slot cost one more comparison each in [`Tenures::slot`], never a wrong tenure),
+/// and SipHash took a tenth of the engine's instructions per acquire and release.
 fn slot_hash(kind: Kind, name: &str, owner: u64) -> u64 {
-    let mut h = Fnv(Fnv::OFFSET);
+    let mut h = Fnv::default();
     (kind, name, owner).hash(&mut h);
     h.finish()
-}
-
-/// FNV-1a. The slot index needs spread, not resistance to names chosen to collide (names
-/// that share a slot cost one more comparison each in [`Tenures::slot`], never a wrong
-/// tenure), and SipHash took a tenth of the engine's instructions per acquire and release.
-struct Fnv(u64);
-
-impl Fnv {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0100_0000_01b3;
-}
-
-impl Hasher for Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(Self::PRIME);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }

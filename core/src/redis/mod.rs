@@ -8,7 +8,10 @@ pub mod reference;
 
 use core::time::Duration;
 
+use std::hash::Hasher;
+
 use crate::error::Error;
+use crate::fnv::Fnv;
 use crate::ids::ClientId;
 use crate::plant::{self, Plant};
 use crate::status::LockStatus;
@@ -25,7 +28,8 @@ const PERMITS: &str = include_str!("lua/permits.lua");
 /// Helpers of the read-write lock scripts, after [`HOLDERS`].
 const RW: &str = include_str!("lua/rw.lua");
 
-/// The protocol's scripts. Run with `EVALSHA` (after `SCRIPT LOAD` on `NOSCRIPT`).
+/// The protocol's scripts. Run with `FCALL` of their [`Library`] on Redis 7 and later, else
+/// with `EVALSHA` (after `SCRIPT LOAD` on `NOSCRIPT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Script {
     Acquire,
@@ -127,49 +131,136 @@ impl Script {
         }
     }
 
-    /// The full Lua source sent to the server: the shared helpers its body calls, then the
-    /// body (the fenced write and the ACL probe, which touch no lock, call none).
+    /// The full Lua source of `EVALSHA`: the shared helpers its body calls, then the body.
     pub fn source(self) -> String {
-        let (helpers, body) = match self {
-            Script::FencedWrite => return include_str!("lua/fenced_write.lua").to_owned(),
-            Script::AclProbe => return include_str!("lua/acl_probe.lua").to_owned(),
-            Script::Acquire => (&[][..], include_str!("lua/acquire.lua")),
-            Script::Release => (&[][..], include_str!("lua/release.lua")),
-            Script::Dequeue => (&[][..], include_str!("lua/dequeue.lua")),
-            Script::Extend => (&[][..], include_str!("lua/extend.lua")),
-            Script::Status => (&[][..], include_str!("lua/status.lua")),
-            Script::Raise => (&[][..], include_str!("lua/raise.lua")),
-            Script::RedissonAcquire => (&[][..], include_str!("lua/redisson_acquire.lua")),
-            Script::RedissonRelease => (&[][..], include_str!("lua/redisson_release.lua")),
-            Script::RedissonExtend => (&[][..], include_str!("lua/redisson_extend.lua")),
-            Script::RedissonStatus => (&[][..], include_str!("lua/redisson_status.lua")),
-            Script::Proclaim => (&[][..], include_str!("lua/proclaim.lua")),
-            Script::Resign => (&[][..], include_str!("lua/resign.lua")),
-            Script::Leader => (&[][..], include_str!("lua/leader.lua")),
-            Script::PermitAcquire => (
-                &[HOLDERS, PERMITS][..],
-                include_str!("lua/permit_acquire.lua"),
-            ),
-            Script::PermitRelease => (
-                &[HOLDERS, PERMITS][..],
-                include_str!("lua/permit_release.lua"),
-            ),
-            Script::PermitDequeue => (
-                &[HOLDERS, PERMITS][..],
-                include_str!("lua/permit_dequeue.lua"),
-            ),
-            Script::RwAcquire => (&[HOLDERS, RW][..], include_str!("lua/rw_acquire.lua")),
-            Script::RwRelease => (&[HOLDERS, RW][..], include_str!("lua/rw_release.lua")),
-            Script::RwDequeue => (&[HOLDERS, RW][..], include_str!("lua/rw_dequeue.lua")),
-        };
-        let source = with_helpers([&[PRELUDE][..], helpers].concat(), body);
-        if self == Script::Release && plant::on(Plant::ReleaseTokenMinusOne) {
-            let wake =
-                "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms())))";
-            let planted = "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms()) - 1))";
-            return source.replace(wake, planted);
+        let source = with_helpers(self.helpers().to_vec(), self.body());
+        if self == Script::Release {
+            return planted(source);
         }
         source
+    }
+
+    /// The helper files its body may call, in order (the fenced write and the ACL probe,
+    /// which touch no lock, call none).
+    fn helpers(self) -> &'static [&'static str] {
+        match self {
+            Script::FencedWrite | Script::AclProbe => &[],
+            Script::PermitAcquire | Script::PermitRelease | Script::PermitDequeue => {
+                &[PRELUDE, HOLDERS, PERMITS]
+            }
+            Script::RwAcquire | Script::RwRelease | Script::RwDequeue => &[PRELUDE, HOLDERS, RW],
+            _ => &[PRELUDE],
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            Script::FencedWrite => include_str!("lua/fenced_write.lua"),
+            Script::AclProbe => include_str!("lua/acl_probe.lua"),
+            Script::Acquire => include_str!("lua/acquire.lua"),
+            Script::Release => include_str!("lua/release.lua"),
+            Script::Dequeue => include_str!("lua/dequeue.lua"),
+            Script::Extend => include_str!("lua/extend.lua"),
+            Script::Status => include_str!("lua/status.lua"),
+            Script::Raise => include_str!("lua/raise.lua"),
+            Script::RedissonAcquire => include_str!("lua/redisson_acquire.lua"),
+            Script::RedissonRelease => include_str!("lua/redisson_release.lua"),
+            Script::RedissonExtend => include_str!("lua/redisson_extend.lua"),
+            Script::RedissonStatus => include_str!("lua/redisson_status.lua"),
+            Script::Proclaim => include_str!("lua/proclaim.lua"),
+            Script::Resign => include_str!("lua/resign.lua"),
+            Script::Leader => include_str!("lua/leader.lua"),
+            Script::PermitAcquire => include_str!("lua/permit_acquire.lua"),
+            Script::PermitRelease => include_str!("lua/permit_release.lua"),
+            Script::PermitDequeue => include_str!("lua/permit_dequeue.lua"),
+            Script::RwAcquire => include_str!("lua/rw_acquire.lua"),
+            Script::RwRelease => include_str!("lua/rw_release.lua"),
+            Script::RwDequeue => include_str!("lua/rw_dequeue.lua"),
+        }
+    }
+
+    /// Whether its function may run on a server out of memory (`allow-oom`). A script that
+    /// can create a tenure or a queue entry may not: as `EVALSHA` of it would fail at its
+    /// first write there, `FCALL` of it fails before it starts. The others only read, free,
+    /// hand on or stretch what exists, which `EVALSHA` of them does out of memory too.
+    fn allow_oom(self) -> bool {
+        !matches!(
+            self,
+            Script::Acquire
+                | Script::PermitAcquire
+                | Script::RwAcquire
+                | Script::RedissonAcquire
+                | Script::Proclaim
+                | Script::Raise
+                | Script::FencedWrite
+        )
+    }
+}
+
+/// `source` with the planted bug of a Lua script, if one is on (`just plants`).
+fn planted(source: String) -> String {
+    if !plant::on(Plant::ReleaseTokenMinusOne) {
+        return source;
+    }
+    let wake = "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms())))";
+    let planted =
+        "wake(head, string.format('%.0f', grant(lock, head, fence, deadline - now_ms()) - 1))";
+    source.replace(wake, planted)
+}
+
+/// The protocol's scripts as one Redis function library, for `FCALL` (Redis 7 and later;
+/// PROTOCOL.md §6). Each script's body is the callback of one function; the helpers are made
+/// once when the library loads rather than on every call, which is most of what a function
+/// saves over `EVALSHA`. The names carry a hash of the library's text, so that the libraries
+/// of different dlock builds live side by side on one server, and `FUNCTION LOAD REPLACE`
+/// under a name can only ever put back the same text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// `dlock_` and 16 hex digits.
+    pub name: String,
+    /// What `FUNCTION LOAD` takes: `#!lua name=<name>`, then the functions.
+    pub source: String,
+}
+
+impl Library {
+    /// The name of the function that runs `script`.
+    pub fn function(&self, script: Script) -> String {
+        format!("{}_{}", self.name, script.name().replace('-', "_"))
+    }
+}
+
+/// Builds the [`Library`] (a host builds it once and keeps it).
+pub fn library() -> Library {
+    const NAME: &str = "@LIBRARY@";
+    let mut text = String::from(
+        "-- dlock protocol v1: every script as a function (PROTOCOL.md §6). The helpers are made\n\
+         -- once, when the library loads; each function clears the time its helpers read once\n\
+         -- per call.\n\n",
+    );
+    for helpers in [PRELUDE, HOLDERS, PERMITS, RW] {
+        text.push_str(helpers.trim_end());
+        text.push_str("\n\n");
+    }
+    for script in Script::ALL {
+        let flags = if script.allow_oom() {
+            "'allow-oom'"
+        } else {
+            ""
+        };
+        text.push_str(&format!(
+            "redis.register_function{{function_name = '{NAME}_{}', flags = {{{flags}}}, callback = function(KEYS, ARGV)\n\
+             clock, stamp = nil, nil\n{}end}}\n\n",
+            script.name().replace('-', "_"),
+            script.body(),
+        ));
+    }
+    let text = planted(text);
+    let mut hash = Fnv::default();
+    hash.write(text.as_bytes());
+    let name = format!("dlock_{:016x}", hash.finish());
+    Library {
+        source: format!("#!lua name={name}\n{}", text.replace(NAME, &name)),
+        name,
     }
 }
 
@@ -225,10 +316,19 @@ pub fn fenced_write(resource: &str, token: u64, value: &str) -> RedisOp {
     }
 }
 
-/// The commands a client sends itself on Redis: scripts by SHA (loaded on `NOSCRIPT`), a
-/// PING when it connects, and the wake-up channel's SUBSCRIBE (PROTOCOL.md §1, least
-/// privilege). Redis Cluster adds `cluster|slots` to find the nodes.
-pub const CLIENT_COMMANDS: &[&str] = &["evalsha", "script|load", "ping", "subscribe"];
+/// The commands a client sends itself on Redis: scripts as functions (the library loaded on
+/// "Function not found") or by SHA (loaded on `NOSCRIPT`), a PING when it connects, and the
+/// wake-up channel's SUBSCRIBE (PROTOCOL.md §1, least privilege). Redis Cluster adds
+/// `cluster|slots` to find the nodes. A user without `fcall` or `function|load` runs the
+/// scripts by SHA.
+pub const CLIENT_COMMANDS: &[&str] = &[
+    "fcall",
+    "function|load",
+    "evalsha",
+    "script|load",
+    "ping",
+    "subscribe",
+];
 
 /// The commands the protocol's scripts run: a Redis ACL applies inside scripts, so a user
 /// needs each of them on the keys and channels under `dlock:` (the fenced write's resource
@@ -1032,7 +1132,9 @@ pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{HOLDERS, PERMITS, PRELUDE, RW, SCRIPT_COMMANDS, Script};
+    use std::collections::BTreeSet;
+
+    use super::{HOLDERS, PERMITS, PRELUDE, RW, SCRIPT_COMMANDS, Script, library};
 
     /// Each family's list of commands is exactly what its scripts call (a script carries
     /// only the helpers it calls).
@@ -1058,6 +1160,48 @@ mod tests {
                 listed.iter().map(|c| c.to_string()).collect();
             assert_eq!(called, listed, "redisson: {redisson}");
         }
+    }
+
+    /// The function library: one function per script, named after the library; the library
+    /// named after its text; each helper defined once (a second definition would shadow the
+    /// first for every function after it); the per-call time cleared on entry; `allow-oom`
+    /// only where EVALSHA of the script would run out of memory too.
+    #[test]
+    fn the_library_has_one_function_per_script_and_each_helper_once() {
+        let built = library();
+        assert_eq!(built, library(), "the same text every time");
+        let library = built;
+        let hash = library.name.strip_prefix("dlock_").expect("dlock_");
+        assert!(hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()));
+        let first_line = format!("#!lua name={}\n", library.name);
+        assert!(library.source.starts_with(&first_line));
+        assert!(!library.source.contains("@LIBRARY@"));
+        for script in Script::ALL {
+            let registered = format!("function_name = '{}',", library.function(script));
+            assert_eq!(library.source.matches(&registered).count(), 1, "{script:?}");
+            let flags = if script.allow_oom() {
+                "{'allow-oom'}"
+            } else {
+                "{}"
+            };
+            let entry = format!(
+                "{registered} flags = {flags}, callback = function(KEYS, ARGV)\nclock, stamp = nil, nil\n{}end}}",
+                script.body()
+            );
+            assert!(library.source.contains(&entry), "{script:?}");
+        }
+        assert_eq!(
+            library.source.matches("redis.register_function").count(),
+            Script::ALL.len()
+        );
+        let mut helpers = BTreeSet::new();
+        for file in [PRELUDE, HOLDERS, PERMITS, RW] {
+            for def in file.split("\nlocal function ").skip(1) {
+                let name = def.split_once('(').expect("a name").0;
+                assert!(helpers.insert(name), "{name} is defined twice");
+            }
+        }
+        assert!(!Script::Acquire.allow_oom() && Script::Release.allow_oom());
     }
 
     /// A script carries the helpers it calls and the helpers they call, in the prelude's

@@ -1,7 +1,10 @@
 //! `redis://`: one multiplexed, self-reconnecting connection for scripts and one pub/sub
-//! connection for wake-ups, reconnected with backoff. Scripts run with EVALSHA; on NOSCRIPT
-//! (a restarted or flushed server) the script is loaded with SCRIPT LOAD and run again, never
-//! with EVAL (PROTOCOL.md §1 grants a client `evalsha` and `script|load`).
+//! connection for wake-ups, reconnected with backoff. Scripts run as functions of the
+//! protocol's library with FCALL; on "Function not found" (a new server, or one whose
+//! functions were flushed) the library is loaded with FUNCTION LOAD REPLACE and the call made
+//! again. A server that refuses either command (Redis before 7, or a user without `fcall` or
+//! `function|load`) gets EVALSHA from then on; on NOSCRIPT the script is loaded with SCRIPT
+//! LOAD and run again, never with EVAL (PROTOCOL.md §6, §7).
 //!
 //! `redis-cluster://`: the redis crate's cluster connection routes each script to the node
 //! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
@@ -18,10 +21,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dlock_core::redis::{RedisOp, Script, Value};
+use dlock_core::redis::{Library, RedisOp, Script, Value};
 use dlock_core::{Input, Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -65,7 +69,7 @@ enum Subscriber {
 #[derive(Clone)]
 pub(crate) struct RedisTransport {
     con: Connection,
-    scripts: Arc<BTreeMap<Script, String>>,
+    scripts: Arc<Runner>,
     subscriber: Subscriber,
 }
 
@@ -122,7 +126,7 @@ impl RedisTransport {
                 .map_err(invalid_url)?;
             return Ok(Self {
                 con: Connection::Cluster(con),
-                scripts: scripts(),
+                scripts: Runner::new(Scripts::new()),
                 subscriber: Subscriber::Sharded(cluster(messages).await.map_err(fail)?),
             });
         }
@@ -158,7 +162,7 @@ impl RedisTransport {
         let task = tokio::spawn(pubsub_loop(pubsub_nodes, first, requests, inbox));
         Ok(Self {
             con,
-            scripts: scripts(),
+            scripts: Runner::new(Scripts::new()),
             subscriber: Subscriber::Classic {
                 subscribe,
                 task: Arc::new(task.abort_handle()),
@@ -234,31 +238,139 @@ fn sharded_message(push: redis::PushInfo) -> Option<Notice> {
     }
 }
 
-/// Runs a protocol script on `con`: EVALSHA, written once into one command (the redis
-/// crate's `ScriptInvocation` would copy every key and argument twice on the way), and on
-/// `NOSCRIPT` (a restarted or flushed server) SCRIPT LOAD and EVALSHA again — the two
-/// commands PROTOCOL.md §1 grants a client, never EVAL.
+/// The protocol's scripts as a client runs them: each one's function in the [`Library`] for
+/// FCALL, and its SHA1 for EVALSHA. Built once per client.
+struct Scripts {
+    library: Library,
+    /// `FUNCTION LOAD REPLACE <library>`.
+    load_library: redis::Cmd,
+    functions: BTreeMap<Script, String>,
+    sha: BTreeMap<Script, String>,
+}
+
+impl Scripts {
+    fn new() -> Arc<Self> {
+        let library = dlock_core::redis::library();
+        let mut load_library = redis::cmd("FUNCTION");
+        load_library.arg("LOAD").arg("REPLACE").arg(&library.source);
+        Arc::new(Self {
+            functions: Script::ALL
+                .iter()
+                .map(|s| (*s, library.function(*s)))
+                .collect(),
+            sha: Script::ALL
+                .iter()
+                .map(|s| (*s, redis::Script::new(&s.source()).get_hash().to_owned()))
+                .collect(),
+            load_library,
+            library,
+        })
+    }
+}
+
+/// How one server (or one cluster) takes the scripts: by FCALL until it refuses it, then by
+/// EVALSHA for good.
+struct Runner {
+    scripts: Arc<Scripts>,
+    fcall: AtomicBool,
+}
+
+impl Runner {
+    fn new(scripts: Arc<Scripts>) -> Arc<Self> {
+        Arc::new(Self {
+            scripts,
+            fcall: AtomicBool::new(true),
+        })
+    }
+
+    fn fall_back(&self, e: &redis::RedisError) {
+        if self.fcall.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                library = %self.scripts.library.name,
+                "Redis refused a function call ({e}); scripts run by EVALSHA from now on"
+            );
+        }
+    }
+}
+
+/// Whether the server does not have or will not let this user run FCALL or FUNCTION LOAD
+/// (not an error of the function itself: an ACL refusal inside one reads "ERR The user
+/// executing the script can't run this command").
+fn refuses_functions(e: &redis::RedisError) -> bool {
+    let Some(detail) = e.detail() else {
+        return false;
+    };
+    match e.code() {
+        // Redis 7: "NOPERM … no permissions to run the 'fcall' command" ('function|load').
+        Some("NOPERM") => detail.contains("'fcall'") || detail.contains("'function|load'"),
+        // Redis 6: "ERR unknown command `FCALL`, with args beginning with: …" (a renamed
+        // command reads the same on any version).
+        Some("ERR") => {
+            let detail = detail.to_ascii_lowercase();
+            detail.starts_with("unknown command")
+                && (detail.contains("fcall") || detail.contains("function"))
+        }
+        _ => false,
+    }
+}
+
+/// Runs a protocol script on `con`, written once into one command (the redis crate's
+/// `ScriptInvocation` would copy every key and argument twice on the way): by FCALL, loading
+/// the library on "Function not found"; by EVALSHA once the server refused functions, with
+/// SCRIPT LOAD on `NOSCRIPT` (a restarted or flushed server), never EVAL.
 fn eval(
     mut con: Connection,
-    scripts: &Arc<BTreeMap<Script, String>>,
+    runner: &Arc<Runner>,
     script: Script,
     keys: Vec<String>,
     args: Vec<String>,
 ) -> Pending {
-    let scripts = scripts.clone();
+    let runner = runner.clone();
     Box::pin(async move {
-        let sha = &scripts[&script];
-        let size = keys.iter().chain(&args).map(String::len).sum::<usize>();
-        let mut evalsha = redis::Cmd::with_capacity(
-            3 + keys.len() + args.len(),
-            "EVALSHA".len() + sha.len() + 4 + size,
-        );
-        evalsha
-            .arg("EVALSHA")
-            .arg(sha)
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args);
+        let scripts = &*runner.scripts;
+        let call = |verb: &str, name: &str| {
+            let size = keys.iter().chain(&args).map(String::len).sum::<usize>();
+            let mut cmd = redis::Cmd::with_capacity(
+                3 + keys.len() + args.len(),
+                verb.len() + name.len() + 4 + size,
+            );
+            cmd.arg(verb)
+                .arg(name)
+                .arg(keys.len())
+                .arg(&keys)
+                .arg(&args);
+            cmd
+        };
+        if runner.fcall.load(Ordering::Relaxed) {
+            let fcall = call("FCALL", &scripts.functions[&script]);
+            let reply = match con.query(&fcall).await {
+                Err(e)
+                    if e.code() == Some("ERR")
+                        && e.detail()
+                            .is_some_and(|d| d.starts_with("Function not found")) =>
+                {
+                    match con.query(&scripts.load_library).await {
+                        Ok(_) => Some(con.query(&fcall).await),
+                        Err(e) if refuses_functions(&e) => {
+                            runner.fall_back(&e);
+                            None
+                        }
+                        Err(e) => Some(Err(e)),
+                    }
+                }
+                Err(e) if refuses_functions(&e) => {
+                    runner.fall_back(&e);
+                    None
+                }
+                reply => Some(reply),
+            };
+            if let Some(reply) = reply {
+                return reply
+                    .map(|v| Response::Redis(convert(v)))
+                    .map_err(transport_error);
+            }
+        }
+        let evalsha = call("EVALSHA", &scripts.sha[&script]);
         let reply = match con.query(&evalsha).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 let mut load = redis::cmd("SCRIPT");
@@ -272,16 +384,6 @@ fn eval(
             .map(|v| Response::Redis(convert(v)))
             .map_err(transport_error)
     })
-}
-
-/// Each script's SHA1, by which EVALSHA names it.
-fn scripts() -> Arc<BTreeMap<Script, String>> {
-    Arc::new(
-        Script::ALL
-            .iter()
-            .map(|s| (*s, redis::Script::new(&s.source()).get_hash().to_owned()))
-            .collect(),
-    )
 }
 
 /// A self-reconnecting connection to one server. A first connection and PING prove the
@@ -305,11 +407,13 @@ async fn manager(client: &redis::Client) -> Result<ConnectionManager, String> {
 /// `redlock://`: a connection to each independent server, by index.
 #[derive(Clone)]
 pub(crate) struct RedlockTransport {
-    /// Each node's URL as messages show it (no password) and its connection once up.
-    nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>>,
-    scripts: Arc<BTreeMap<Script, String>>,
+    nodes: Arc<Vec<RedlockNode>>,
     links: Arc<Vec<tokio::task::AbortHandle>>,
 }
+
+/// A Redlock node's URL as messages show it (no password), its connection once up, and how it
+/// takes scripts.
+type RedlockNode = (String, OnceLock<ConnectionManager>, Arc<Runner>);
 
 impl std::fmt::Debug for RedlockTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -327,8 +431,12 @@ impl RedlockTransport {
             .map(|u| redis::Client::open(u.as_str()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid_url)?;
-        let nodes: Arc<Vec<(String, OnceLock<ConnectionManager>)>> =
-            Arc::new(urls.iter().map(|u| (redact(u), OnceLock::new())).collect());
+        let scripts = Scripts::new();
+        let nodes: Arc<Vec<_>> = Arc::new(
+            urls.iter()
+                .map(|u| (redact(u), OnceLock::new(), Runner::new(scripts.clone())))
+                .collect(),
+        );
         // Each node reports its first try, then keeps trying until it is up.
         let (tried_tx, mut tried) = mpsc::unbounded_channel();
         let errors = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
@@ -360,7 +468,6 @@ impl RedlockTransport {
             .collect();
         let transport = Self {
             nodes,
-            scripts: scripts(),
             links: Arc::new(links),
         };
         let quorum = dlock_core::redlock::quorum(urls.len() as u32) as usize;
@@ -368,7 +475,7 @@ impl RedlockTransport {
             transport
                 .nodes
                 .iter()
-                .filter(|(_, c)| c.get().is_some())
+                .filter(|(_, c, _)| c.get().is_some())
                 .count()
         };
         let settled = async {
@@ -400,17 +507,13 @@ impl RedlockTransport {
 
     pub(crate) fn execute(&self, node: u32, op: RedisOp) -> Pending {
         let failed = |e: TransportError| -> Pending { Box::pin(async move { Err(e) }) };
-        let Some((url, con)) = self.nodes.get(node as usize) else {
+        let Some((url, con, runner)) = self.nodes.get(node as usize) else {
             return failed(TransportError::Server(format!("no Redlock node {node}")));
         };
         match (con.get(), op) {
-            (Some(con), RedisOp::Eval { script, keys, args }) => eval(
-                Connection::Single(con.clone()),
-                &self.scripts,
-                script,
-                keys,
-                args,
-            ),
+            (Some(con), RedisOp::Eval { script, keys, args }) => {
+                eval(Connection::Single(con.clone()), runner, script, keys, args)
+            }
             (None, _) => failed(TransportError::Unavailable(format!(
                 "{url}: not connected yet"
             ))),

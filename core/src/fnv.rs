@@ -1,0 +1,30 @@
+//! FNV-1a (64 bits): a fast hash without a random key, for the engine's deterministic tenure
+//! index and the content address of the Redis function library. Not for anything an
+//! adversary chooses to collide.
+
+use std::hash::Hasher;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fnv(u64);
+
+impl Fnv {
+    const PRIME: u64 = 0x0100_0000_01b3;
+}
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(Self::PRIME);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
