@@ -517,8 +517,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
     targets = [
         ("uncontended Rust cycle / rslock cycle", ratio(rust, find("rslock", "Rust", "redis")), "≤ 1.05", lambda x: x <= 1.05),
         ("uncontended Rust cycle / 2 EVALSHA round trips", rust.uncontended["p50"] / (2 * evalsha) if rust else float("nan"), "≤ 1.20", lambda x: x <= 1.20),
-        ("(where it goes) dlock's two scripts on a bare connection / 2 EVALSHA of `return 1`: the server's part", scripts / (2 * evalsha), "–", lambda x: True),
-        ("(where it goes) uncontended Rust cycle / dlock's two scripts on a bare connection: the client's part", rust.uncontended["p50"] / scripts, "–", lambda x: True),
+        ("(where it goes) dlock's two functions by FCALL on a bare connection / 2 EVALSHA of `return 1`: the server's part", scripts / (2 * evalsha), "–", lambda x: True),
+        ("(where it goes) uncontended Rust cycle / dlock's two functions on a bare connection: the client's part", rust.uncontended["p50"] / scripts, "–", lambda x: True),
         ("Wasm engine cycle / native cycle", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust), "≤ 1.05", lambda x: x <= 1.05),
         ("Node cycle / node-redlock cycle", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis")), "≤ 0.95", lambda x: x <= 0.95),
         ("hot lock, 8 processes: dlock Rust acquisitions/s / best peer's", rust.hot.get(8, {}).get("rate", float("nan")) / peer_hot, "≥ 2", lambda x: x >= 2),

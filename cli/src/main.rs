@@ -155,11 +155,14 @@ enum Cmd {
         interval: Duration,
     },
     /// Print the SQL backend's tables and functions (the DDL a client runs when it finds them
-    /// missing), for teams that apply schema changes through their own migrations.
+    /// missing), for teams that apply schema changes through their own migrations; or, for
+    /// redis, the function library a client loads on Redis 7 (`FUNCTION LOAD` it for users
+    /// granted `fcall` but not `function|load`).
     Schema {
-        /// The database: postgres (or postgresql), mysql (or mariadb).
+        /// The database: postgres (or postgresql), mysql (or mariadb), redis.
         dialect: String,
-        /// Prefix of every table, sequence and function name (as `?table_prefix=` in the URL).
+        /// Prefix of every table, sequence and function name (as `?table_prefix=` in the URL;
+        /// SQL only).
         #[arg(long, default_value = "dlock_")]
         table_prefix: String,
     },
@@ -310,8 +313,12 @@ async fn main() -> ExitCode {
         Cmd::Schema {
             dialect,
             table_prefix,
-        } => dlock::sql_schema(&dialect, &table_prefix).map(|ddl| {
-            print!("{ddl}");
+        } => match dialect.as_str() {
+            "redis" => Ok(dlock::redis_library()),
+            _ => dlock::sql_schema(&dialect, &table_prefix),
+        }
+        .map(|text| {
+            print!("{text}");
             0
         }),
     };

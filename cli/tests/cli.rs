@@ -803,6 +803,36 @@ fn the_printed_schema_is_what_a_client_uses() {
     assert_eq!(out.status.code(), Some(64), "{out:?}");
 }
 
+/// `dlock schema redis` prints the function library as `FUNCTION LOAD` takes it; a user granted
+/// `fcall` but not `function|load` then runs its locks by FCALL of what the administrator
+/// loaded.
+#[test]
+fn the_printed_redis_library_is_what_a_client_calls() {
+    let rules = dlock_core::redis::acl_rules().replace(" +function|load", "");
+    let mut args = vec!["--user", "locker", "on", ">pw"];
+    args.extend(rules.split(' '));
+    let server = RedisServer::start_with(&args);
+    let out = dlock().args(["schema", "redis"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut load = Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "-x", "FUNCTION", "LOAD"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    load.stdin.take().unwrap().write_all(&out.stdout).unwrap();
+    let loaded = load.wait_with_output().unwrap();
+    let name = dlock_core::redis::library().name;
+    assert_eq!(String::from_utf8_lossy(&loaded.stdout).trim(), name);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let out = run(&url, &["--wait", "10s"], &["true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stats = redis_cli(&server, &["INFO", "commandstats"]);
+    assert!(stats.contains("cmdstat_fcall:"), "{stats}");
+    assert!(!stats.contains("cmdstat_evalsha:"), "{stats}");
+}
+
 /// `dlock schema mysql` is a script the mariadb client runs as it is (`DELIMITER`); a user with
 /// only the rights to use the tables and run the procedures then locks.
 #[test]

@@ -5,7 +5,8 @@
 //! workers:
 //!
 //! - `worker rtt URL N`: N raw round trips of the server (PING and EVALSHA of `return 1` on
-//!   Redis, and a cycle of dlock's ACQUIRE and RELEASE scripts on a bare connection;
+//!   Redis, and a cycle of dlock's ACQUIRE and RELEASE functions, by FCALL as the client
+//!   calls them on Redis 7, on a bare connection;
 //!   `exists /` on ZooKeeper, `SELECT 1` on PostgreSQL and MariaDB); prints
 //!   `{"ping": [ns…], "evalsha": [ns…], "dlock scripts": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
 //!   or `{"mariadb select": [ns…]}`.
@@ -204,8 +205,8 @@ async fn rtt(url: &str, n: usize) -> String {
     )
 }
 
-/// dlock's own uncontended cycle without dlock's client: the ACQUIRE and RELEASE scripts with
-/// the keys and arguments the engine sends (PROTOCOL.md §5), each one EVALSHA on a bare
+/// dlock's own uncontended cycle without dlock's client: the ACQUIRE and RELEASE functions
+/// with the keys and arguments the engine sends (PROTOCOL.md §5), each one FCALL on a bare
 /// redis-rs connection. A dlock cycle's time over this one is what its client adds; this
 /// one's over two EVALSHA of `return 1` is what its scripts cost the server.
 async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) -> Vec<u64> {
@@ -213,21 +214,27 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
     let keys = LockKeys::new("bench-dlock-scripts");
     let token = dlock_core::owner_token(dlock_core::ClientId(0xbe4c), 1);
     let lease = Duration::from_secs(10);
-    // Loaded once, then each a ready EVALSHA command: what is timed is the server and the wire.
-    let mut evalsha = async |op: RedisOp| {
+    let library = protocol::library();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library.source)
+        .query_async(con)
+        .await
+        .expect("FUNCTION LOAD");
+    // Each a ready FCALL command: what is timed is the server and the wire.
+    let fcall = |op: RedisOp| {
         let RedisOp::Eval { script, keys, args } = op else {
             unreachable!("a script")
         };
-        let script = redis::Script::new(&script.source());
-        let _: String = script.load_async(con).await.expect("SCRIPT LOAD");
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash())
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(library.function(script))
             .arg(keys.len())
             .arg(&keys)
             .arg(&args);
         cmd
     };
-    let take = evalsha(protocol::acquire(
+    let take = fcall(protocol::acquire(
         keys.clone(),
         &token,
         lease,
@@ -235,9 +242,8 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
         Mode::Wait,
         lease,
         Fairness::Fair,
-    ))
-    .await;
-    let give = evalsha(protocol::release(keys, &token, 0, Fairness::Fair)).await;
+    ));
+    let give = fcall(protocol::release(keys, &token, 0, Fairness::Fair));
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = now_ns();

@@ -52,6 +52,13 @@ pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};
 pub use transport::{BACKENDS, Scheme};
 
+/// The function library a client loads on Redis 7 and later (`FUNCTION LOAD` takes it as it
+/// is), for administrators who load it for users granted `fcall` but not `function|load`
+/// (`dlock schema redis`; docs/PROTOCOL.md §6, §7).
+pub fn redis_library() -> String {
+    dlock_core::redis::library().source
+}
+
 /// The SQL backend's tables and functions for `dialect` (`postgres`, `mysql`) under
 /// `table_prefix` (e.g. `dlock_`), as one script: what a client creates when it connects and
 /// finds them missing, for teams that run their migrations themselves (`dlock schema`).
