@@ -28,6 +28,8 @@ async function script(client) {
   const inner = await client.lock(NAME, { owner: 7, leaseMs: 60_000 }).acquire()
   assert.equal(await client.lock(NAME).tryAcquire(), null)
   await assert.rejects(client.lock(NAME, { waitMs: 50 }).acquire(), { code: 'DLOCK_TIMEOUT' })
+  // Its DEQUEUE may still be on its way: the waiter counted next must be the one cancelled.
+  await waiters(client, 0)
   const controller = new AbortController()
   const cancelled = client.lock(NAME).acquire({ signal: controller.signal })
   await waiters(client, 1)

@@ -36,6 +36,8 @@ async def script(client: dlock.aio.Client) -> None:
         raise AssertionError("acquired a held lock")
     except dlock.LockTimeout:
         pass
+    # Its DEQUEUE may still be on its way: the waiter counted next must be the one cancelled.
+    await waiters(client, 0)
     cancelled = asyncio.ensure_future(client.lock(NAME).acquire())
     await waiters(client, 1)
     cancelled.cancel()

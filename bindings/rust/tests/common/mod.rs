@@ -630,7 +630,8 @@ pub(crate) async fn a_silent_death_is_noticed_within_the_lease<F, W>(
 
 /// The scripted sequence of every host's stats test (Python's test_stats.py, Node's
 /// stats.test.mjs): acquire, reenter, busy, time out, cancel, hand off, lose to max-hold. Then
-/// the counts are exact. Nothing is renewed: every lease, and the waiter lease — which a
+/// the counts are exact. Each step waits for the server to show the last one's waiter come or
+/// go, so that a step never takes another's waiter for its own. Nothing is renewed: every lease, and the waiter lease — which a
 /// handed lock is valid for until its renewal, a third of it after the waiter queued — is two
 /// minutes (renewed after 40 s). A waiter left behind would stay that long, past the bound of
 /// "no waiter" below (60 s): on a pool of connections (MariaDB), a give-up's DEQUEUE sent
@@ -645,6 +646,9 @@ pub(crate) async fn stats_after_a_script(url: &str) {
     assert!(lock().try_acquire().await.unwrap().is_none());
     let timed_out = lock().wait(Duration::from_millis(50)).acquire().await;
     assert_eq!(timed_out.unwrap_err(), Error::WaitTimedOut);
+    // Its DEQUEUE may still be on its way (sent after its ACQUIRE's reply): until it ran, the
+    // waiter counted next could be this one, and the acquire cancelled below not sent yet.
+    eventually("no waiter", || async { waiters(&client, NAME).await == 0 }).await;
     let cancelled = tokio::spawn(lock().acquire());
     eventually("one waiter", || async { waiters(&client, NAME).await == 1 }).await;
     cancelled.abort();
