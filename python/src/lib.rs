@@ -1,6 +1,7 @@
 //! `dlock._dlock`: the native half of the Python package. It runs the Rust client (and so the
-//! one engine) on a tokio runtime of its own and offers blocking calls (GIL released,
-//! Ctrl-C honoured) and callback-based calls for asyncio. The Pythonic API is in
+//! one engine) on a tokio runtime of its own (see `runtime.rs`: a blocking call drives it on
+//! the caller's thread) and offers blocking calls (GIL released, Ctrl-C honoured) and
+//! callback-based calls for asyncio. The Pythonic API is in
 //! `python/dlock/`.
 
 use std::future::Future;
@@ -10,16 +11,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 mod engine;
+mod runtime;
+
+use runtime::Runtime;
 
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
-/// The process's runtime. A forked child gets a new one: the parent's worker threads do not
-/// exist in the child, so its runtime must never be used (or dropped) there.
-fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
-    static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+/// The process's runtime. A forked child gets a new one: the parent's threads do not exist in
+/// the child, so its runtime must never be used (or dropped) there.
+fn runtime() -> PyResult<Arc<Runtime>> {
+    static RUNTIME: Mutex<Option<(u32, Arc<Runtime>)>> = Mutex::new(None);
     let pid = std::process::id();
     let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((owner, rt)) = slot.as_ref()
@@ -30,15 +34,8 @@ fn runtime() -> PyResult<Arc<tokio::runtime::Runtime>> {
     // Inherited from a parent process: leak it rather than join threads that are not there.
     // No call of the parent's is under way here either (only the forking thread lives on).
     std::mem::forget(slot.take());
-    BLOCKING.store(0, Ordering::SeqCst);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("dlock")
-        .enable_all()
-        .build()
+    let rt = Runtime::start()
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start the dlock runtime: {e}")))?;
-    rt.spawn(signal_ticker());
-    let rt = Arc::new(rt);
     *slot = Some((pid, rt.clone()));
     Ok(rt)
 }
@@ -77,66 +74,19 @@ fn optional_seconds(py: Python<'_>, what: &str, s: Option<f64>) -> PyResult<Opti
     s.map(|s| seconds(py, what, s)).transpose()
 }
 
-/// How often a blocking call looks at Python's signals (Ctrl-C) while it waits.
-const SIGNAL_PERIOD: Duration = Duration::from_millis(50);
-/// Blocking calls under way in this process.
-static BLOCKING: AtomicUsize = AtomicUsize::new(0);
-/// Wakes the ticker when the first blocking call starts.
-static BUSY: tokio::sync::Notify = tokio::sync::Notify::const_new();
-/// A tick: every waiting blocking call looks at the signals.
-static TICK: tokio::sync::Notify = tokio::sync::Notify::const_new();
-
-/// One task of the runtime ticks every [`SIGNAL_PERIOD`] while blocking calls are under way,
-/// and sleeps while none is. A timer of each call's own would enter tokio's timer wheel ahead
-/// of everything in it and wake a runtime thread through its eventfd, twice per acquire and
-/// release, to no purpose.
-async fn signal_ticker() {
-    loop {
-        while BLOCKING.load(Ordering::SeqCst) == 0 {
-            BUSY.notified().await;
-        }
-        let mut interval =
-            tokio::time::interval_at(tokio::time::Instant::now() + SIGNAL_PERIOD, SIGNAL_PERIOD);
-        while BLOCKING.load(Ordering::SeqCst) > 0 {
-            interval.tick().await;
-            TICK.notify_waiters();
-        }
-    }
-}
-
-/// A blocking call under way, counted while it lives.
-struct Blocking;
-
-impl Blocking {
-    fn start() -> Self {
-        if BLOCKING.fetch_add(1, Ordering::SeqCst) == 0 {
-            // Stored as a permit if the ticker is not waiting yet.
-            BUSY.notify_one();
-        }
-        Blocking
-    }
-}
-
-impl Drop for Blocking {
-    fn drop(&mut self) {
-        BLOCKING.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Runs `fut` to completion with the GIL released, raising KeyboardInterrupt (and dropping
 /// the future, which cancels what it was doing) when a signal handler says so. The signals
-/// are looked at on the ticks of [`signal_ticker`], not at once: the caller has just left
+/// are looked at on the runtime's signal ticks, not at once: the caller has just left
 /// Python, and taking the GIL back at once would cost every call a switch.
 fn block_on<T: Send + 'static>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
     let rt = runtime()?;
     py.detach(move || {
-        let _counted = Blocking::start();
-        rt.block_on(async move {
+        rt.block_on(async {
             tokio::pin!(fut);
             loop {
                 tokio::select! {
                     out = &mut fut => return Ok(out),
-                    () = TICK.notified() => Python::attach(|py| py.check_signals())?,
+                    () = rt.tick.notified() => Python::attach(|py| py.check_signals())?,
                 }
             }
         })
@@ -213,8 +163,8 @@ impl Call {
     }
 
     /// Runs the call on the runtime and calls `callback(ok, value)` with its outcome from a
-    /// runtime thread; the returned task's `cancel()` drops it (a waiting acquire leaves the
-    /// queue).
+    /// thread driving the runtime (its keeper, or a thread in a blocking call); the returned
+    /// task's `cancel()` drops it (a waiting acquire leaves the queue).
     fn then(&self, callback: Py<PyAny>) -> PyResult<Task> {
         let future = self.take()?;
         let handle = runtime()?.spawn(async move {

@@ -55,6 +55,33 @@ def test_ctrl_c_interrupts_a_blocking_acquire_and_leaves_the_queue(redis: RedisS
     assert client.status("intr").owner is None
 
 
+def test_renewals_and_losses_go_on_while_no_call_is_under_way(redis: RedisServer) -> None:
+    # A blocking call drives the runtime on the caller's thread; between calls its keeper
+    # thread must, or a lock held through plain Python work would expire unrenewed and its
+    # loss go unseen. (No on_lost here: its watcher thread is a blocking call.)
+    client = dlock.connect(redis.url)
+    held = client.lock("kept", lease=1.0).acquire()
+    key = "dlock:{kept}:lock"
+
+    def ttl() -> int:
+        return int(redis.cli("PTTL", key))
+
+    # From here on, no dlock call: the renewal (the key's time to live going up) and the
+    # loss are the keeper's work.
+    deadline = time.monotonic() + 30
+    last = ttl()
+    while (now := ttl()) <= last:
+        assert now > 0, "the lock expired unrenewed"
+        assert time.monotonic() < deadline, "no renewal"
+        last = now
+        time.sleep(0.02)
+    redis.cli("DEL", key)
+    while not held.is_lost:
+        assert time.monotonic() < deadline, "the loss was not noticed between calls"
+        time.sleep(0.02)
+    assert held.lost_reason == "not-owner"
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_connects_again_and_works(redis: RedisServer) -> None:
     client = dlock.connect(redis.url)
