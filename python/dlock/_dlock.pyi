@@ -64,7 +64,7 @@ class Task:
 @final
 class Call(Generic[_T]):
     """A native call, run once: ``wait()`` blocks for its value, ``then(callback)`` runs it on
-    the runtime and calls ``callback(ok, value)`` from the thread driving the runtime."""
+    the runtime and calls ``callback(ok, value)`` from a dlock thread."""
 
     def wait(self) -> _T: ...
     def then(self, callback: Callable[[bool, Any], None]) -> Task: ...

@@ -65,7 +65,7 @@ async def _run(call: "Call[T]") -> T:
         else:
             future.set_exception(value)
 
-    def done(ok: bool, value: Any) -> None:  # called from the thread driving the dlock runtime
+    def done(ok: bool, value: Any) -> None:  # called from a dlock thread
         try:
             loop.call_soon_threadsafe(settle, ok, value)
         except RuntimeError:  # the loop is closed

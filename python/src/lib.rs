@@ -77,19 +77,25 @@ fn optional_seconds(py: Python<'_>, what: &str, s: Option<f64>) -> PyResult<Opti
 /// Runs `fut` to completion with the GIL released, raising KeyboardInterrupt (and dropping
 /// the future, which cancels what it was doing) when a signal handler says so. The signals
 /// are looked at on the runtime's signal ticks, not at once: the caller has just left
-/// Python, and taking the GIL back at once would cost every call a switch.
+/// Python, and taking the GIL back at once would cost every call a switch. The thread steps
+/// out of the runtime to take the GIL: the runtime never waits for Python, so renewals go on
+/// while another thread holds the GIL.
 fn block_on<T: Send + 'static>(py: Python<'_>, fut: impl Future<Output = T> + Send) -> PyResult<T> {
     let rt = runtime()?;
     py.detach(move || {
-        rt.block_on(async {
-            tokio::pin!(fut);
-            loop {
+        tokio::pin!(fut);
+        loop {
+            let done = rt.block_on(async {
                 tokio::select! {
-                    out = &mut fut => return Ok(out),
-                    () = rt.tick.notified() => Python::attach(|py| py.check_signals())?,
+                    out = &mut fut => Some(out),
+                    () = rt.tick.notified() => None,
                 }
+            });
+            match done {
+                Some(out) => return Ok(out),
+                None => Python::attach(|py| py.check_signals())?,
             }
-        })
+        }
     })
 }
 
@@ -163,39 +169,44 @@ impl Call {
     }
 
     /// Runs the call on the runtime and calls `callback(ok, value)` with its outcome from a
-    /// thread driving the runtime (its keeper, or a thread in a blocking call); the returned
-    /// task's `cancel()` drops it (a waiting acquire leaves the queue).
+    /// thread of the runtime's blocking pool (the runtime itself never waits for the GIL);
+    /// the returned task's `cancel()` drops it (a waiting acquire leaves the queue).
     fn then(&self, callback: Py<PyAny>) -> PyResult<Task> {
         let future = self.take()?;
         let handle = runtime()?.spawn(async move {
             let out = future.await;
-            // Counted before the check, so that _shutdown either sees us or we see it.
-            IN_PYTHON.fetch_add(1, Ordering::SeqCst);
-            if FINALIZING.load(Ordering::SeqCst) {
-                IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
-                std::mem::forget(callback); // no GIL to drop it with
-                std::mem::forget(out);
-                return;
-            }
-            Python::attach(|py| {
-                let called = match out
-                    .map_err(|e| to_py(py, &e))
-                    .and_then(|convert| convert(py))
-                {
-                    Ok(value) => callback.call1(py, (true, value)),
-                    Err(e) => callback.call1(py, (false, e.into_value(py))),
-                };
-                if let Err(e) = called {
-                    e.write_unraisable(py, None);
-                }
-                drop(callback);
-            });
-            IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+            tokio::task::spawn_blocking(move || call_back(callback, out));
         });
         Ok(Task {
             handle: handle.abort_handle(),
         })
     }
+}
+
+/// Calls `callback(ok, value)` with a call's outcome, taking the GIL (off the runtime).
+fn call_back(callback: Py<PyAny>, out: Outcome) {
+    // Counted before the check, so that _shutdown either sees us or we see it.
+    IN_PYTHON.fetch_add(1, Ordering::SeqCst);
+    if FINALIZING.load(Ordering::SeqCst) {
+        IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
+        std::mem::forget(callback); // no GIL to drop it with
+        std::mem::forget(out);
+        return;
+    }
+    Python::attach(|py| {
+        let called = match out
+            .map_err(|e| to_py(py, &e))
+            .and_then(|convert| convert(py))
+        {
+            Ok(value) => callback.call1(py, (true, value)),
+            Err(e) => callback.call1(py, (false, e.into_value(py))),
+        };
+        if let Err(e) = called {
+            e.write_unraisable(py, None);
+        }
+        drop(callback);
+    });
+    IN_PYTHON.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// A call under way for asyncio; `cancel()` drops it (a waiting acquire leaves the queue).

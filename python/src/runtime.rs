@@ -8,27 +8,31 @@
 //! switch on the path of every acquire and release.
 //!
 //! Between blocking calls a keeper thread drives it (renewals, pub/sub notices, the calls of
-//! `dlock.aio`, the signal ticks). It takes the runtime up once no blocking call has been
-//! under way for [`KEEPER_GRACE`], so a thread that calls back to back never waits for it,
-//! and gives it up as soon as a blocking call asks. While nobody drives it (at most
-//! [`KEEPER_GRACE`] after a call), timers and replies wait: the engine measures a lease
-//! from when its request was sent, so a renewal or a notice that late is late, never unsafe.
+//! `dlock.aio`, the signal ticks). It takes the runtime up once no thread has been in it for
+//! [`KEEPER_GRACE`], so a thread that calls back to back never waits for it, and gives it up
+//! as soon as a blocking call asks. While nobody drives it (at most [`KEEPER_GRACE`] after a
+//! call), timers and replies wait: the engine measures a lease from when its request was
+//! sent, so a renewal or a notice that late is late, never unsafe.
+//!
+//! The runtime never waits for the GIL: a thread steps out of it before it takes the GIL
+//! (a blocking call to look at the signals), and `dlock.aio`'s callbacks run on its blocking
+//! pool. So renewals go on while Python is busy, whoever holds the GIL and for how long.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long after the last blocking call the keeper takes the runtime up.
+/// How long after the last blocking call left the runtime the keeper takes it up.
 const KEEPER_GRACE: Duration = Duration::from_millis(1);
 /// How often a blocking call looks at Python's signals (Ctrl-C) while it waits.
 pub(crate) const SIGNAL_PERIOD: Duration = Duration::from_millis(50);
 
 pub(crate) struct Runtime {
     tokio: tokio::runtime::Runtime,
-    /// Blocking calls under way: driving the runtime, or waiting to.
+    /// Threads in [`Runtime::block_on`]: driving the runtime, or waiting to.
     blocking: AtomicUsize,
-    /// When the last blocking call ended, in nanoseconds from `base`.
+    /// When the last of them left, in nanoseconds from `base`.
     last_call: AtomicU64,
     base: Instant,
     /// Tells the keeper to give the runtime up: a blocking call wants it.
@@ -79,7 +83,8 @@ impl Runtime {
     }
 
     /// Runs `future` to completion on this thread, driving the runtime meanwhile (or waiting
-    /// for it while another thread does). Call it with the GIL released.
+    /// for it while another thread does). Call it with the GIL released, and never take the
+    /// GIL inside it.
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
         if self.blocking.fetch_add(1, SeqCst) == 0 {
             // Both stored as a permit if nobody is waiting: no system call.
@@ -110,7 +115,7 @@ impl Runtime {
         }
     }
 
-    /// Returns once no blocking call has been under way for [`KEEPER_GRACE`].
+    /// Returns once no thread has been in [`Runtime::block_on`] for [`KEEPER_GRACE`].
     fn wait_for_idle(&self) {
         let (lock, idle) = &self.idle;
         let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());

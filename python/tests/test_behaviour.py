@@ -39,6 +39,25 @@ def test_the_gil_is_released_while_waiting(redis: RedisServer) -> None:
     assert during > 10_000, f"the other thread only ran {during} times while we waited"
 
 
+def test_renewals_go_on_while_another_thread_holds_the_gil(redis: RedisServer) -> None:
+    # This thread's blocking call drives the runtime; at its signal tick it needs the GIL,
+    # which the other thread holds through one long C call. It must step out of the runtime
+    # to wait for it, or the lease runs out unrenewed meanwhile.
+    client = dlock.connect(redis.url)
+    held = client.lock("gil-held", lease=0.6).acquire()
+
+    def hog() -> None:
+        time.sleep(0.1)  # until this thread is in its call (else the test proves nothing)
+        sum(range(100_000_000))  # the GIL, ~1.5 s, never let go
+
+    thread = threading.Thread(target=hog)
+    thread.start()
+    held.wait_lost(timeout=0.5)
+    thread.join()
+    held.extend(5.0)  # the server's word: LockLost if the lease ran out meanwhile
+    held.release()
+
+
 def test_ctrl_c_interrupts_a_blocking_acquire_and_leaves_the_queue(redis: RedisServer) -> None:
     client = dlock.connect(redis.url)
     held = client.lock("intr").acquire()
