@@ -10,7 +10,8 @@
 //!   fencing token exists to make that number 0.
 //! - **recovery**: how long after a holder died (paused, killed, cut off) the lock was
 //!   acquired again; it must stay within the lease (ZooKeeper: the session timeout, plus any
-//!   lock-delay) + 1 s.
+//!   lock-delay) + 1 s — under lock-delay, from the later of the fault and the paused
+//!   holder's last renewal reaching the server.
 //! - **told lost**: whether the holder that was paused or cut off heard that its lock was lost.
 //!
 //! Set `DLOCK_FAULTS_KEEP=1` to keep each run's worker logs.
@@ -236,6 +237,9 @@ pub struct Report {
     pub recovery: Vec<Option<Duration>>,
     /// The bound `recovery` must meet, for faults that end a holder.
     pub bound: Option<Duration>,
+    /// Rounds whose recovery is timed from the paused holder's resume, because a renewal it
+    /// had sent before the pause reached the server only then (lock-delay scenarios).
+    pub late_renewals: usize,
     /// Holders hit by the fault who should hear their lock was lost, and how many did.
     pub victims: usize,
     pub told_lost: usize,
@@ -327,10 +331,16 @@ pub fn table(reports: &[Report]) -> String {
             format!("{}/{}", r.told_lost, r.victims)
         };
         let violations = r.violations();
-        let result = if violations.is_empty() {
-            "ok".to_owned()
-        } else {
+        let result = if !violations.is_empty() {
             violations.join("; ")
+        } else if r.late_renewals > 0 {
+            format!(
+                "ok ({} timed from the holder's resume: a renewal it sent before the pause \
+                 reached the server then)",
+                r.late_renewals
+            )
+        } else {
+            "ok".to_owned()
         };
         let _ = writeln!(
             out,
@@ -411,9 +421,16 @@ struct Worker {
     proxy: Option<TcpProxy>,
 }
 
+/// The lock every worker takes.
+const LOCK: &str = "faults/job";
+
 /// A fault the nemesis injected: when, and which tenure it hit (if any).
 struct Event {
     at: u64,
+    /// When the lock's recovery starts: the fault, or (a paused holder under lock-delay) the
+    /// resume if a renewal the holder had sent only reached the server then — it restarted
+    /// lease + lock-delay there (docs/PROTOCOL.md §4).
+    recover_from: u64,
     victim: Option<(String, u64)>,
     /// Whether the victim must hear that its lock was lost.
     must_tell: bool,
@@ -529,7 +546,7 @@ impl World {
             .args([
                 url,
                 self.resource.url(),
-                "faults/job".into(),
+                LOCK.into(),
                 self.dir.to_string_lossy().into_owned(),
                 label.clone(),
                 self.settings.lease.as_millis().to_string(),
@@ -613,8 +630,21 @@ impl World {
                 let fresh = !self.scenario.lock_delay.is_zero();
                 let (i, token, at) = self.stop_holder(fresh);
                 std::thread::sleep(lease + Duration::from_millis(1500));
+                let expiry = fresh.then(|| self.lock_expiry());
+                let resumed = monotonic_ns();
                 signal(&self.workers[i].child, Signal::SIGCONT);
                 self.hit(i, token, at, true);
+                // A renewal the holder's engine sent just before the stop, but that its
+                // socket only wrote on resuming, lands now: the lock still exists within its
+                // lock-delay, so the server keeps it for lease + lock-delay from here. Once
+                // the holder's tenure is over (its connection answers in order), the lock's
+                // expiry on the server says whether that happened.
+                if let Some(expiry) = expiry {
+                    self.tenure_over_wait(i, token);
+                    if self.lock_expiry() > expiry {
+                        self.events.last_mut().expect("just hit").recover_from = resumed;
+                    }
+                }
             }
             Nemesis::Kill => {
                 let (i, token, at) = self.stop_holder(false);
@@ -624,6 +654,7 @@ impl World {
                 self.spawn_worker();
                 self.events.push(Event {
                     at,
+                    recover_from: at,
                     victim: Some((worker.label, token)),
                     must_tell: false,
                 });
@@ -644,6 +675,7 @@ impl World {
                 }
                 self.events.push(Event {
                     at,
+                    recover_from: at,
                     victim: None,
                     must_tell: false,
                 });
@@ -670,6 +702,7 @@ impl World {
                 }
                 self.events.push(Event {
                     at,
+                    recover_from: at,
                     victim: None,
                     must_tell: false,
                 });
@@ -750,6 +783,7 @@ impl World {
                 zk.kill(leader);
                 self.events.push(Event {
                     at,
+                    recover_from: at,
                     victim: None,
                     must_tell: false,
                 });
@@ -767,9 +801,38 @@ impl World {
         let label = self.workers[i].label.clone();
         self.events.push(Event {
             at,
+            recover_from: at,
             victim: Some((label, token)),
             must_tell,
         });
+    }
+
+    /// The lock's expiry on a single redis-server, in the server's Unix ms (PEXPIRETIME; -2
+    /// when there is no lock): it moves later only when a renewal reaches the server.
+    fn lock_expiry(&self) -> i64 {
+        let LockServer::Redis(redis) = &self.lock else {
+            unreachable!("lock-delay scenarios run on one redis-server")
+        };
+        let key = format!("dlock:{{{LOCK}}}:lock");
+        let out = redis_cli(redis.port(), &["PEXPIRETIME", &key]);
+        out.trim().parse().expect("PEXPIRETIME answers a number")
+    }
+
+    /// Waits until worker `i` has logged the release of tenure `token`.
+    fn tenure_over_wait(&self, i: usize, token: u64) {
+        let done = format!("rel {token} ");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(self.log_path(&self.workers[i].label))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with(&done))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "tenure {token} not over after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Index and token of a worker in the middle of a tenure (acquired, and not yet done
@@ -879,6 +942,11 @@ impl World {
                 Nemesis::WaiterKill => Some(self.hold() + self.lease() + Duration::from_secs(1)),
                 _ => None,
             },
+            late_renewals: self
+                .events
+                .iter()
+                .filter(|e| e.recover_from != e.at)
+                .count(),
             victims: 0,
             told_lost: 0,
             lost_events: history.lost.len(),
@@ -895,7 +963,7 @@ impl World {
             let next = history.tenures.iter().find(|t| t.at > event.at);
             report
                 .recovery
-                .push(next.map(|t| Duration::from_nanos(t.at - event.at)));
+                .push(next.map(|t| Duration::from_nanos(t.at.saturating_sub(event.recover_from))));
             if let (true, Some((label, token))) = (event.must_tell, &event.victim) {
                 report.victims += 1;
                 let told = history
