@@ -57,24 +57,17 @@ pub fn replay<M: Machine + ?Sized>(
     let steps = vector["steps"].as_array().map_or(&[][..], Vec::as_slice);
     for (i, step) in steps.iter().enumerate() {
         let now = at(&step["now"]);
-        let fed = match step.get("input") {
+        let input = match step.get("input") {
             Some(input) => {
-                let input = input_from_json(input).map_err(|e| format!("{name} step {i}: {e}"))?;
-                engine.handle_input(now, input)
+                Some(input_from_json(input).map_err(|e| format!("{name} step {i}: {e}"))?)
             }
-            None => engine.handle_timeout(now),
+            None => None,
         };
-        fed.map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?;
-        let outputs: Vec<Json> = engine
-            .drain()
-            .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?
-            .iter()
-            .map(output_to_json)
-            .collect();
-        let timeout = engine
-            .poll_timeout()
-            .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?
-            .map(Instant::as_nanos);
+        let stepped = engine
+            .step(now, input)
+            .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?;
+        let outputs: Vec<Json> = stepped.outputs.iter().map(output_to_json).collect();
+        let timeout = stepped.timeout.map(Instant::as_nanos);
         let expected = step["outputs"].as_array().map_or(&[][..], Vec::as_slice);
         let feeding = step
             .get("input")

@@ -12,7 +12,7 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
     let (package, _) = resolve.push_dir(&wit).expect("wit/ parses");
     assert_eq!(
         resolve.packages[package].name.to_string(),
-        "dlock:lock@0.13.0"
+        "dlock:lock@0.14.0"
     );
 
     let world = resolve
@@ -59,6 +59,7 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
         "[method]machine.poll-output",
         "[method]machine.drain",
         "[method]machine.poll-timeout",
+        "[method]machine.step",
         "script-source",
     ] {
         assert!(

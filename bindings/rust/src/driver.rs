@@ -1,7 +1,7 @@
 //! The tokio driver: one task per client runs the engine. Feed inputs, drain outputs, sleep
 //! until the next deadline or the next call, reply or notice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -168,6 +168,10 @@ pub(crate) struct Driver {
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
     /// The deadline `timer` is set to.
     armed: Option<tokio::time::Instant>,
+    /// The engine's next deadline, as its last step gave it.
+    deadline: Option<Instant>,
+    /// Outputs of the engine's steps not yet acted on.
+    outputs: VecDeque<Output>,
     calls: mpsc::UnboundedReceiver<Call>,
     /// Notices from the transport.
     inputs: mpsc::UnboundedReceiver<Input>,
@@ -199,6 +203,8 @@ impl Driver {
             base,
             timer: Box::pin(tokio::time::sleep_until(base)),
             armed: None,
+            deadline: None,
+            outputs: VecDeque::new(),
             calls,
             inputs,
             ids,
@@ -220,17 +226,17 @@ impl Driver {
 
     pub(crate) async fn run(mut self) {
         let mut open = true;
+        // The engine's first outputs (its subscription, say) and timers.
+        self.step(None);
         // Once every handle is gone, finish what is under way (background releases), then stop.
         while (open || !self.waiting.is_empty()) && self.broken.is_none() {
-            self.drain();
-            let deadline = self.engine.poll_timeout().unwrap_or_else(|e| {
-                self.broken = Some(e);
-                None
-            });
+            self.dispatch();
             if self.broken.is_some() {
                 break;
             }
-            let deadline = deadline.map(|t| self.base + Duration::from_nanos(t.as_nanos()));
+            let deadline = self
+                .deadline
+                .map(|t| self.base + Duration::from_nanos(t.as_nanos()));
             if let Some(at) = deadline
                 && self.armed != Some(at)
             {
@@ -242,39 +248,34 @@ impl Driver {
                     Some(call) => self.call(call),
                     None => open = false,
                 },
-                Some(input) = self.inputs.recv() => {
-                    let now = self.now();
-                    let result = self.engine.handle_input(now, input);
-                    self.check(result);
-                }
+                Some(input) = self.inputs.recv() => self.step(Some(input)),
                 Some((id, reply)) = self.requests.next(), if !self.requests.is_empty() => {
-                    let now = self.now();
-                    let result = self.engine.handle_input(now, Input::Reply { id, reply });
-                    self.check(result);
+                    self.step(Some(Input::Reply { id, reply }));
                 }
-                () = self.timer.as_mut(), if deadline.is_some() => {
-                    let now = self.now();
-                    let result = self.engine.handle_timeout(now);
-                    self.check(result);
-                }
+                () = self.timer.as_mut(), if deadline.is_some() => self.step(None),
             }
         }
         match self.broken.take() {
             None => {
-                let now = self.now();
-                let result = self.engine.handle_input(now, Input::Notice(Notice::Closed));
-                self.check(result);
-                self.drain();
+                self.step(Some(Input::Notice(Notice::Closed)));
+                self.dispatch();
             }
             Some(e) => self.abandon(e),
         }
         self.transport.close();
     }
 
-    fn check(&mut self, result: Result<(), MachineError>) {
-        if let Err(e) = result {
-            tracing::error!(error = %e, "the lock engine failed; this client stops");
-            self.broken.get_or_insert(e);
+    /// Runs one event through the engine (`None`: the timers due now) and keeps what follows.
+    fn step(&mut self, input: Option<Input>) {
+        match self.engine.step(self.now(), input) {
+            Ok(step) => {
+                self.outputs.extend(step.outputs);
+                self.deadline = step.timeout;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the lock engine failed; this client stops");
+                self.broken.get_or_insert(e);
+            }
         }
     }
 
@@ -300,22 +301,17 @@ impl Driver {
         if let Some(waiter) = waiter {
             self.waiting.insert(command.op(), waiter);
         }
-        let result = self
-            .engine
-            .handle_input(self.now(), Input::Command(command));
-        self.check(result);
+        self.step(Some(Input::Command(command)));
     }
 
-    fn drain(&mut self) {
+    /// Acts on the engine's outputs: requests go to the transport, events to their callers
+    /// (an event that makes the driver step again adds to the outputs, acted on here too).
+    fn dispatch(&mut self) {
         #[cfg(feature = "metrics")]
         for observation in self.engine.observations() {
             crate::metrics::publish(observation);
         }
-        let outputs = match self.engine.drain() {
-            Ok(outputs) => outputs,
-            Err(e) => return self.check(Err(e)),
-        };
-        for out in outputs {
+        while let Some(out) = self.outputs.pop_front() {
             match out {
                 Output::Request(request) => self.requests.push(InFlight {
                     id: request.id,
@@ -416,9 +412,7 @@ impl Driver {
                     && tx.send(Ok(leader)).is_err()
                 {
                     // Nobody listens any more (the Observer's drop sends the cancel too).
-                    let cancel = Command::Cancel { op };
-                    let result = self.engine.handle_input(self.now(), Input::Command(cancel));
-                    self.check(result);
+                    self.step(Some(Input::Command(Command::Cancel { op })));
                 }
             }
             (Event::NotAcquired { .. }, Some(Waiter::Observe(_))) => {}

@@ -47,7 +47,7 @@ pub use dlock_core::{BUCKETS, Histogram, Kind, Leader, LockStats, LockStatus, OT
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, ErrorCode, LostReason};
 pub use fenced::{Placeholder, fenced_update_sql};
-pub use machine::{Machine, MachineError, MachineFactory};
+pub use machine::{Machine, MachineError, MachineFactory, Step};
 pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};
 pub use transport::{BACKENDS, Scheme};

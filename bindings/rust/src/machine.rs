@@ -19,13 +19,23 @@ impl std::fmt::Display for MachineError {
 
 impl std::error::Error for MachineError {}
 
-/// The sans-IO engine contract of `dlock-core`, with room for engines that can fail.
+/// What one [`Machine::step`] gives back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Every output that followed the event, in order.
+    pub outputs: Vec<Output>,
+    /// When to step again with no input (the timers); `None` if no timer is set.
+    pub timeout: Option<Instant>,
+}
+
+/// The sans-IO engine contract of `dlock-core`, one call per event, with room for engines
+/// that can fail.
 pub trait Machine: Send + 'static {
-    fn handle_input(&mut self, now: Instant, input: Input) -> Result<(), MachineError>;
-    fn handle_timeout(&mut self, now: Instant) -> Result<(), MachineError>;
-    /// Every pending output (`poll_output` until `None`).
-    fn drain(&mut self) -> Result<Vec<Output>, MachineError>;
-    fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError>;
+    /// One event: `input`, or with `None` the timers due at `now`; then every output that
+    /// follows and the next deadline. The contract's `handle_input` (or `handle_timeout`),
+    /// `poll_output` until `None` and `poll_timeout` in one call: an engine behind a boundary
+    /// (a Wasm component) pays for each crossing.
+    fn step(&mut self, now: Instant, input: Option<Input>) -> Result<Step, MachineError>;
     /// What the engine counted about its locks ([`Engine::stats`]).
     fn stats(&mut self) -> Result<Stats, MachineError>;
     /// Keep each observation for [`Machine::observations`] ([`Engine::keep_observations`]);
@@ -38,22 +48,15 @@ pub trait Machine: Send + 'static {
 }
 
 impl Machine for Engine {
-    fn handle_input(&mut self, now: Instant, input: Input) -> Result<(), MachineError> {
-        Engine::handle_input(self, now, input);
-        Ok(())
-    }
-
-    fn handle_timeout(&mut self, now: Instant) -> Result<(), MachineError> {
-        Engine::handle_timeout(self, now);
-        Ok(())
-    }
-
-    fn drain(&mut self) -> Result<Vec<Output>, MachineError> {
-        Ok(std::iter::from_fn(|| Engine::poll_output(self)).collect())
-    }
-
-    fn poll_timeout(&mut self) -> Result<Option<Instant>, MachineError> {
-        Ok(Engine::poll_timeout(self))
+    fn step(&mut self, now: Instant, input: Option<Input>) -> Result<Step, MachineError> {
+        match input {
+            Some(input) => self.handle_input(now, input),
+            None => self.handle_timeout(now),
+        }
+        Ok(Step {
+            outputs: std::iter::from_fn(|| self.poll_output()).collect(),
+            timeout: self.poll_timeout(),
+        })
     }
 
     fn stats(&mut self) -> Result<Stats, MachineError> {

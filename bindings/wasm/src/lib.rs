@@ -23,7 +23,7 @@ mod bindings {
 
 use bindings::exports::dlock::lock as wit;
 use wit::engine::{
-    Config, Guest, GuestMachine, Input, LockStats, Machine as MachineHandle, Output,
+    Config, Guest, GuestMachine, Input, LockStats, Machine as MachineHandle, Output, Stepped,
 };
 use wit::transport::Script;
 use wit::types::Error;
@@ -79,6 +79,19 @@ impl GuestMachine for Machine {
             .borrow()
             .poll_timeout()
             .map(core_::Instant::as_nanos)
+    }
+
+    fn step(&self, now: u64, input: Option<Input>) -> Stepped {
+        let now = core_::Instant::from_nanos(now);
+        let mut engine = self.engine.borrow_mut();
+        match input {
+            Some(input) => engine.handle_input(now, cv(input)),
+            None => engine.handle_timeout(now),
+        }
+        Stepped {
+            outputs: std::iter::from_fn(|| engine.poll_output().map(cv)).collect(),
+            timeout: engine.poll_timeout().map(core_::Instant::as_nanos),
+        }
     }
 
     fn stats(&self) -> Vec<LockStats> {

@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use dlock::{Machine, MachineError, MachineFactory};
+use dlock::{Machine, MachineError, MachineFactory, Step};
 use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Store, StoreLimits, StoreLimitsBuilder};
 
@@ -179,31 +179,18 @@ impl WasmMachine {
 }
 
 impl Machine for WasmMachine {
-    fn handle_input(
+    fn step(
         &mut self,
         now: dlock_core::Instant,
-        input: dlock_core::Input,
-    ) -> Result<(), MachineError> {
-        let input = cv(input);
-        self.call(|g, store, h| g.call_handle_input(store, h, now.as_nanos(), &input))
-    }
-
-    fn handle_timeout(&mut self, now: dlock_core::Instant) -> Result<(), MachineError> {
-        self.call(|g, store, h| g.call_handle_timeout(store, h, now.as_nanos()))
-    }
-
-    fn drain(&mut self) -> Result<Vec<dlock_core::Output>, MachineError> {
-        Ok(self
-            .call(|g, store, h| g.call_drain(store, h))?
-            .into_iter()
-            .map(cv)
-            .collect())
-    }
-
-    fn poll_timeout(&mut self) -> Result<Option<dlock_core::Instant>, MachineError> {
-        Ok(self
-            .call(|g, store, h| g.call_poll_timeout(store, h))?
-            .map(dlock_core::Instant::from_nanos))
+        input: Option<dlock_core::Input>,
+    ) -> Result<Step, MachineError> {
+        let input = input.map(cv);
+        let stepped =
+            self.call(|g, store, h| g.call_step(store, h, now.as_nanos(), input.as_ref()))?;
+        Ok(Step {
+            outputs: stepped.outputs.into_iter().map(cv).collect(),
+            timeout: stepped.timeout.map(dlock_core::Instant::from_nanos),
+        })
     }
 
     fn stats(&mut self) -> Result<dlock_core::Stats, MachineError> {

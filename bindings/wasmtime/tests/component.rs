@@ -37,33 +37,17 @@ struct Twin {
 }
 
 impl Twin {
-    fn feed(&mut self, now: Instant, input: Input) {
-        self.native.handle_input(now, input.clone());
-        self.wasm
-            .handle_input(now, input)
-            .expect("wasm handle_input");
-    }
-
-    fn tick(&mut self, now: Instant) {
-        self.native.handle_timeout(now);
-        self.wasm.handle_timeout(now).expect("wasm handle_timeout");
-    }
-
-    /// Drains both; they must agree output for output.
-    fn drain(&mut self, steps: &mut u64) -> Vec<Output> {
-        let outs: Vec<Output> = std::iter::from_fn(|| self.native.poll_output()).collect();
-        let wasm = self.wasm.drain().expect("wasm drain");
+    /// One step of both (`None`: the timers due at `now`); they must agree output for output
+    /// and on the next deadline.
+    fn step(&mut self, now: Instant, input: Option<Input>, steps: &mut u64) -> Vec<Output> {
+        let native = self.native.step(now, input.clone()).expect("native step");
+        let wasm = self.wasm.step(now, input).expect("wasm step");
         assert_eq!(
-            outs, wasm,
+            native, wasm,
             "native and Wasm engines differ after {steps} outputs"
         );
-        *steps += outs.len() as u64;
-        let (n, w) = (
-            self.native.poll_timeout(),
-            self.wasm.poll_timeout().expect("wasm poll_timeout"),
-        );
-        assert_eq!(n, w, "poll_timeout differs");
-        outs
+        *steps += native.outputs.len() as u64;
+        native.outputs
     }
 }
 
@@ -91,7 +75,11 @@ fn native_and_wasm_engines_give_identical_outputs() {
         now = now + Duration::from_millis(rng.below(40));
         let c = rng.below(3) as usize;
         let t = &mut twins[c];
-        t.tick(now);
+        let mut pending: Vec<(usize, Output)> = t
+            .step(now, None, &mut steps)
+            .into_iter()
+            .map(|o| (c, o))
+            .collect();
         let op = OpId(t.next_op);
         t.next_op += 1;
         let cmd = match rng.below(10) {
@@ -129,13 +117,9 @@ fn native_and_wasm_engines_give_identical_outputs() {
                 op: OpId(op.0.saturating_sub(1 + rng.below(3))),
             },
         };
-        t.feed(now, Input::Command(cmd));
+        let outputs = t.step(now, Some(Input::Command(cmd)), &mut steps);
+        pending.extend(outputs.into_iter().map(|o| (c, o)));
         // Serve every request at once; wake-ups go to whoever subscribed.
-        let mut pending: Vec<(usize, Output)> = twins
-            .iter_mut()
-            .enumerate()
-            .flat_map(|(i, t)| t.drain(&mut steps).into_iter().map(move |o| (i, o)))
-            .collect();
         while let Some((i, out)) = pending.pop() {
             match out {
                 Output::Request(r) => {
@@ -160,18 +144,17 @@ fn native_and_wasm_engines_give_identical_outputs() {
                                     .iter()
                                     .position(|t| t.native.wake_channel() == channel)
                                     .unwrap();
-                                twins[to]
-                                    .feed(now, Input::Notice(Notice::Message { channel, payload }));
-                                pending.extend(
-                                    twins[to].drain(&mut steps).into_iter().map(|o| (to, o)),
-                                );
+                                let message = Input::Notice(Notice::Message { channel, payload });
+                                let outputs = twins[to].step(now, Some(message), &mut steps);
+                                pending.extend(outputs.into_iter().map(|o| (to, o)));
                             }
                             Ok(outcome.reply)
                         }
                     };
                     let reply = reply.map(dlock_core::Response::Redis);
-                    twins[i].feed(now, Input::Reply { id: r.id, reply });
-                    pending.extend(twins[i].drain(&mut steps).into_iter().map(|o| (i, o)));
+                    let outputs =
+                        twins[i].step(now, Some(Input::Reply { id: r.id, reply }), &mut steps);
+                    pending.extend(outputs.into_iter().map(|o| (i, o)));
                 }
                 Output::Event(dlock_core::Event::Acquired { hold, .. }) => {
                     twins[i].holds.push(hold)
@@ -198,12 +181,12 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
         dlock_core::redis::Value::Data(vec![b'x'; 16]);
         2_000_000
     ]);
-    let result = machine.handle_input(
+    let result = machine.step(
         Instant::from_nanos(1),
-        Input::Reply {
+        Some(Input::Reply {
             id: dlock_core::RequestId(1),
             reply: Ok(dlock_core::Response::Redis(big)),
-        },
+        }),
     );
     let err = result.expect_err("a 2-million-item reply exceeds the per-call fuel or memory limit");
     assert!(err.0.contains("trapped"), "{err}");
@@ -211,5 +194,6 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
     let mut fresh = component
         .start(Config::new(ClientId(2)), Instant::from_nanos(0))
         .unwrap();
-    assert!(matches!(fresh.drain().as_deref(), Ok([Output::Request(_)])));
+    let first = fresh.step(Instant::from_nanos(1), None).unwrap();
+    assert!(matches!(first.outputs.as_slice(), [Output::Request(_)]));
 }
