@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// How long after the last blocking call left the runtime the keeper takes it up.
 const KEEPER_GRACE: Duration = Duration::from_millis(1);
 /// How often a blocking call looks at Python's signals (Ctrl-C) while it waits.
-pub(crate) const SIGNAL_PERIOD: Duration = Duration::from_millis(50);
+const SIGNAL_PERIOD: Duration = Duration::from_millis(50);
 
 pub(crate) struct Runtime {
     tokio: tokio::runtime::Runtime,
