@@ -94,11 +94,21 @@ enum Inner {
     Sql(Machine<Redis<SqlSettings>>),
 }
 
+/// What one [`Engine::step`] gives back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Every output that followed the event, in order.
+    pub outputs: Vec<Output>,
+    /// When to step again with no input (the timers); `None` if no timer is set.
+    pub timeout: Option<Instant>,
+}
+
 /// The sans-IO lock engine.
 ///
 /// Feed it with [`handle_input`](Self::handle_input) and
 /// [`handle_timeout`](Self::handle_timeout), then drain [`poll_output`](Self::poll_output)
-/// until it returns `None` and sleep until [`poll_timeout`](Self::poll_timeout).
+/// until it returns `None` and sleep until [`poll_timeout`](Self::poll_timeout) — or do all
+/// of that for one event with [`step`](Self::step).
 #[derive(Clone, Debug)]
 pub struct Engine {
     config: Config,
@@ -260,5 +270,19 @@ impl Engine {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         with_machine!(self, m => m.base_ref().timers.next())
+    }
+
+    /// One event in one call: [`handle_input`](Self::handle_input) (or, with `None`,
+    /// [`handle_timeout`](Self::handle_timeout)), then every output and the next deadline —
+    /// for a host that pays per call into the engine (a Wasm component's boundary).
+    pub fn step(&mut self, now: Instant, input: Option<Input>) -> Step {
+        match input {
+            Some(input) => self.handle_input(now, input),
+            None => self.handle_timeout(now),
+        }
+        Step {
+            outputs: std::iter::from_fn(|| self.poll_output()).collect(),
+            timeout: self.poll_timeout(),
+        }
     }
 }

@@ -99,7 +99,7 @@ pub mod zk;
 
 pub use base::{check_name, check_value};
 pub use config::{Config, DEFAULT_ZK_ROOT, Protocol, ZkSettings};
-pub use engine::Engine;
+pub use engine::{Engine, Step};
 pub use error::{
     Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MAX_VALUE_LEN, MIN_LEASE,
     TransportError,

@@ -43,11 +43,13 @@ pub use client::{
 };
 pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
-pub use dlock_core::{BUCKETS, Histogram, Kind, Leader, LockStats, LockStatus, OTHER_NAMES, Stats};
+pub use dlock_core::{
+    BUCKETS, Histogram, Kind, Leader, LockStats, LockStatus, OTHER_NAMES, Stats, Step,
+};
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, ErrorCode, LostReason};
 pub use fenced::{Placeholder, fenced_update_sql};
-pub use machine::{Machine, MachineError, MachineFactory, Step};
+pub use machine::{Machine, MachineError, MachineFactory};
 pub use secret::redact;
 pub use spec::{LockSpec, Primitive, RwHold};
 pub use transport::{BACKENDS, Scheme};

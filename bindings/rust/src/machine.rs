@@ -2,7 +2,7 @@
 //! another implementation of the same sans-IO contract, such as the engine compiled to a
 //! WebAssembly component (`dlock-wasmtime`).
 
-use dlock_core::{Config, Engine, Input, Instant, Observation, Output, Stats};
+use dlock_core::{Config, Engine, Input, Instant, Observation, Stats, Step};
 
 use crate::Error;
 
@@ -18,15 +18,6 @@ impl std::fmt::Display for MachineError {
 }
 
 impl std::error::Error for MachineError {}
-
-/// What one [`Machine::step`] gives back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Step {
-    /// Every output that followed the event, in order.
-    pub outputs: Vec<Output>,
-    /// When to step again with no input (the timers); `None` if no timer is set.
-    pub timeout: Option<Instant>,
-}
 
 /// The sans-IO engine contract of `dlock-core`, one call per event, with room for engines
 /// that can fail.
@@ -49,14 +40,7 @@ pub trait Machine: Send + 'static {
 
 impl Machine for Engine {
     fn step(&mut self, now: Instant, input: Option<Input>) -> Result<Step, MachineError> {
-        match input {
-            Some(input) => self.handle_input(now, input),
-            None => self.handle_timeout(now),
-        }
-        Ok(Step {
-            outputs: std::iter::from_fn(|| self.poll_output()).collect(),
-            timeout: self.poll_timeout(),
-        })
+        Ok(Engine::step(self, now, input))
     }
 
     fn stats(&mut self) -> Result<Stats, MachineError> {

@@ -82,15 +82,13 @@ impl GuestMachine for Machine {
     }
 
     fn step(&self, now: u64, input: Option<Input>) -> Stepped {
-        let now = core_::Instant::from_nanos(now);
-        let mut engine = self.engine.borrow_mut();
-        match input {
-            Some(input) => engine.handle_input(now, cv(input)),
-            None => engine.handle_timeout(now),
-        }
+        let step = self
+            .engine
+            .borrow_mut()
+            .step(core_::Instant::from_nanos(now), input.map(cv));
         Stepped {
-            outputs: std::iter::from_fn(|| engine.poll_output().map(cv)).collect(),
-            timeout: engine.poll_timeout().map(core_::Instant::as_nanos),
+            outputs: step.outputs.into_iter().map(cv).collect(),
+            timeout: step.timeout.map(core_::Instant::as_nanos),
         }
     }
 
