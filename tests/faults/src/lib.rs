@@ -630,7 +630,7 @@ impl World {
                 let fresh = !self.scenario.lock_delay.is_zero();
                 let (i, token, at) = self.stop_holder(fresh);
                 std::thread::sleep(lease + Duration::from_millis(1500));
-                let expiry = fresh.then(|| self.lock_expiry());
+                let expiry = fresh.then(|| self.lock_tenure().1);
                 let resumed = monotonic_ns();
                 signal(&self.workers[i].child, Signal::SIGCONT);
                 self.hit(i, token, at, true);
@@ -641,7 +641,8 @@ impl World {
                 // expiry on the server says whether that happened.
                 if let Some(expiry) = expiry {
                     self.tenure_over_wait(i, token);
-                    if self.lock_expiry() > expiry {
+                    let (fence, later) = self.lock_tenure();
+                    if fence == Some(token) && later > expiry {
                         self.events.last_mut().expect("just hit").recover_from = resumed;
                     }
                 }
@@ -807,15 +808,25 @@ impl World {
         });
     }
 
-    /// The lock's expiry on a single redis-server, in the server's Unix ms (PEXPIRETIME; -2
-    /// when there is no lock): it moves later only when a renewal reaches the server.
-    fn lock_expiry(&self) -> i64 {
+    /// The lock's tenure on a single redis-server, read at once: its fencing token (`None`
+    /// when nobody holds it) and its expiry in the server's Unix ms (PEXPIRETIME; -2 when
+    /// there is no lock). Within one tenure the expiry moves later only when a renewal
+    /// reaches the server.
+    fn lock_tenure(&self) -> (Option<u64>, i64) {
         let LockServer::Redis(redis) = &self.lock else {
             unreachable!("lock-delay scenarios run on one redis-server")
         };
         let key = format!("dlock:{{{LOCK}}}:lock");
-        let out = redis_cli(redis.port(), &["PEXPIRETIME", &key]);
-        out.trim().parse().expect("PEXPIRETIME answers a number")
+        let script = "return {redis.call('HGET', KEYS[1], 'fence') or '', \
+                      redis.call('PEXPIRETIME', KEYS[1])}";
+        let out = redis_cli(redis.port(), &["EVAL", script, "1", &key]);
+        let mut lines = out.lines();
+        let fence = lines.next().and_then(|l| l.trim().parse().ok());
+        let expiry = lines
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("PEXPIRETIME answers a number");
+        (fence, expiry)
     }
 
     /// Waits until worker `i` has logged the release of tenure `token`.
