@@ -2131,3 +2131,58 @@ fn observations_are_the_counts_one_by_one_when_kept() {
     bed.cmd(0, acquire(1_000_000, "a", 1, 10 * SEC, Wait::No));
     assert_eq!(bed.engines[0].poll_observation(), None);
 }
+
+/// MySQL has no wake-ups: a queued waiter looks again (ACQUIRE `refresh`) an eighth of the
+/// poll interval after a look that found a new tenure — or after it first queued — and each
+/// look that finds the same tenure doubles that, up to the poll interval (PROTOCOL.md §18).
+#[test]
+fn a_mysql_waiter_looks_sooner_while_the_lock_changes_hands() {
+    use dlock_core::Protocol;
+    use dlock_core::sql::{Dialect, SqlOp, SqlSettings, SqlValue};
+    let poll = Duration::from_millis(80);
+    let mut config = Config::new(ClientId(7));
+    let mut settings = SqlSettings::new(Dialect::Mysql);
+    settings.poll_interval = poll;
+    config.protocol = Protocol::Sql(settings);
+    let mut now = Instant::from_nanos(1_000_000_000);
+    let mut engine = Engine::new(config, now).expect("config");
+    while engine.poll_output().is_some() {}
+    engine.handle_input(
+        now,
+        Input::Command(acquire(1, "a", 1, 10 * SEC, Wait::Forever)),
+    );
+    // Each ACQUIRE answered "queued behind the tenure with fencing token `latest`": the longest
+    // wait until the next, and the mode it was sent in.
+    let look = |engine: &mut Engine, now: &mut Instant, latest: i64| -> (Duration, String) {
+        let Some(Output::Request(req)) = engine.poll_output() else {
+            panic!("no ACQUIRE sent")
+        };
+        let Op::Sql(SqlOp::Query { params, .. }) = &req.op else {
+            panic!("not a statement: {:?}", req.op)
+        };
+        let mode = format!("{:?}", params[4]);
+        let queued = [2, 10_000, latest].map(SqlValue::Int).to_vec();
+        let reply = Ok(Response::Sql(queued));
+        engine.handle_input(*now, Input::Reply { id: req.id, reply });
+        assert_eq!(engine.poll_output(), None, "nothing but a timer");
+        let at = engine.poll_timeout().expect("a next look");
+        let wait = at.saturating_duration_since(*now);
+        *now = at;
+        engine.handle_timeout(*now);
+        (wait, mode)
+    };
+    let mut waits = Vec::new();
+    for latest in [5, 5, 5, 5, 5, 6, 6] {
+        let (wait, mode) = look(&mut engine, &mut now, latest);
+        waits.push((wait, mode, latest));
+    }
+    // Each wait is jittered between half of its interval and all of it.
+    for ((wait, _, latest), interval) in waits.iter().zip([8, 4, 2, 1, 1, 8, 4]) {
+        let interval = poll / interval;
+        assert!(
+            *wait >= interval / 2 && *wait <= interval,
+            "{latest}: waited {wait:?}, interval {interval:?}: {waits:?}"
+        );
+    }
+    assert!(waits[0].1.contains("wait") && waits[1..].iter().all(|w| w.1.contains("refresh")));
+}

@@ -84,8 +84,9 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
         true
     }
 
-    /// With no wake-ups pushed, how often a queued waiter looks again (jittered between half
-    /// of it and all of it): a hand-off or a freed lock is found that late at most.
+    /// With no wake-ups pushed, how often a queued waiter looks again at most (jittered
+    /// between half of it and all of it): a hand-off or a freed lock is found that late at
+    /// most. While the lock changes hands it looks sooner ([`Pending::next_look`]).
     fn poll(&self) -> Option<Duration> {
         None
     }
@@ -275,7 +276,17 @@ pub(crate) struct Pending {
     place: Place,
     step: Step,
     woken: Option<u64>,
+    /// Without pushed wake-ups: how many times the poll interval is halved for the next look
+    /// (at most [`FAST_LOOK`]).
+    pace: u8,
 }
+
+/// Without pushed wake-ups, a waiter whose look found a new tenure (or that just queued)
+/// looks again after the poll interval / 2^FAST_LOOK; each look that finds the same tenure
+/// doubles that, up to the poll interval. A lock that changes hands often (a hot lock) is
+/// looked at often, and found free or handed over soon after; one held long is looked at
+/// every poll interval after a few looks, as before.
+const FAST_LOOK: u8 = 3;
 
 /// A pending acquire has at most one ACQUIRE under way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,6 +301,22 @@ enum Step {
 impl Pending {
     fn asking(&self) -> bool {
         self.step != Step::Idle
+    }
+
+    /// The longest wait before the next look, after a look (an ACQUIRE that queued) that
+    /// found the lock's latest fencing token `latest`: `poll` halved [`FAST_LOOK`] times when
+    /// that token is new to this waiter, else twice the previous wait, up to `poll`. Call it
+    /// before the reply updates the place.
+    fn next_look(&mut self, latest: u64, poll: Duration) -> Duration {
+        let moved = !matches!(self.place, Place::Queued { latest: seen, .. } if seen >= latest);
+        self.pace = if moved {
+            FAST_LOOK
+        } else {
+            self.pace.saturating_sub(1)
+        };
+        (poll / (1 << self.pace))
+            .max(Duration::from_millis(1))
+            .min(poll)
     }
 }
 
@@ -523,6 +550,7 @@ impl<W: Wire> Redis<W> {
             }
             Ok(AcquireReply::Queued { latest, expires }) if mode != Mode::Try => {
                 w.waited = true;
+                let look = self.wire.poll().map(|poll| p.next_look(latest, poll));
                 if !matches!(p.place, Place::Queued { at, .. } if at >= sent) {
                     p.place = Place::Queued { at: sent, latest };
                 }
@@ -534,8 +562,8 @@ impl<W: Wire> Redis<W> {
                 let lapse = expires.map(|pttl| now + pttl + Duration::from_millis(1));
                 let mut at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
                 // Without wake-ups, look again soon: a hand-off is found at the next look.
-                if let Some(poll) = self.wire.poll() {
-                    at = at.min(now + self.jitter.between(poll / 2, poll));
+                if let Some(look) = look {
+                    at = at.min(now + self.jitter.between(look / 2, look));
                 }
                 life.set_timer(RedisTimer::Refresh(seq), at);
                 if woken {
@@ -765,6 +793,7 @@ impl<W: Wire> Backend for Redis<W> {
             },
             step: Step::Idle,
             woken: None,
+            pace: 0,
         };
         let keys = Keys {
             target,

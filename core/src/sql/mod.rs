@@ -85,8 +85,8 @@ impl fmt::Display for Dialect {
     }
 }
 
-/// How often a waiter on MySQL/MariaDB looks again unless configured otherwise (each look is
-/// jittered between half of it and all of it).
+/// The longest a waiter on MySQL/MariaDB goes between looks unless configured otherwise
+/// ([`SqlSettings::poll_interval`]).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 /// SQL settings of an engine.
@@ -95,9 +95,11 @@ pub struct SqlSettings {
     pub dialect: Dialect,
     /// Prefix of every table, sequence and function name ([`check_table_prefix`]).
     pub table_prefix: String,
-    /// MySQL/MariaDB: a queued waiter looks again after a time between half of this and all
-    /// of it, to find a hand-off or a free lock (nothing pushes wake-ups). Unused on
-    /// PostgreSQL. 1 ms to 10 s.
+    /// MySQL/MariaDB: the longest a queued waiter goes between looks for a hand-off or a free
+    /// lock (nothing pushes wake-ups); each look is jittered between half of the interval and
+    /// all of it. While the lock changes hands a waiter looks sooner: an eighth of this after
+    /// a look that found a new tenure, doubling with each look that found none (PROTOCOL.md
+    /// §18). Unused on PostgreSQL. 1 ms to 10 s.
     pub poll_interval: Duration,
 }
 
