@@ -70,8 +70,15 @@ const LOST_REASONS = Object.freeze(native.lostReasons())
 const ERROR_CODES = Object.freeze(native.errorCodes())
 const CODE = /^(DLOCK_[A-Z_]+): ([\s\S]*)$/
 
-/** Moves the code the addon puts at the front of a message to `err.code`. */
+/**
+ * Moves the code the addon puts at the front of a message to `err.code`. A call the addon
+ * settles fails with the message alone: the Error is made here, in the caller's async frames.
+ */
 function coded(err) {
+  if (typeof err === 'string') {
+    err = new Error(err)
+    Error.captureStackTrace(err, call)
+  }
   const m = err instanceof Error ? CODE.exec(err.message) : null
   if (m) {
     err.code = m[1]
@@ -82,9 +89,30 @@ function coded(err) {
   return err
 }
 
-async function call(promise) {
+/** The addon's calls under way, by id: how each one's promise settles. */
+const settling = new Map()
+let lastCall = 0
+
+/** How the addon ends call `id` (every client's calls): with `value`, or a coded message. */
+function settle(id, ok, value) {
+  const [resolve, reject] = settling.get(id)
+  settling.delete(id)
+  if (ok) resolve(value)
+  else reject(value)
+}
+
+/**
+ * Starts the addon's call `start(id)`, which returns at once, and waits for it to settle; a
+ * failure rejects with its code. Bad arguments throw from `start` and reject the same way.
+ */
+async function call(start) {
+  lastCall = lastCall === 0xffffffff ? 1 : lastCall + 1
+  const id = lastCall
   try {
-    return await promise
+    return await new Promise((resolve, reject) => {
+      start(id)
+      settling.set(id, [resolve, reject])
+    })
   } catch (err) {
     throw coded(err)
   }
@@ -107,17 +135,17 @@ function abortError(signal) {
 let nextOwner = 1
 
 /**
- * Runs the addon's wait `start(cancelId)`, which an aborted `signal` stops (the wait then
- * leaves the queue and this rejects with the signal's reason).
+ * Runs the addon's wait `start(id, cancellable)`, which an aborted `signal` stops (the wait
+ * then leaves the queue and this rejects with the signal's reason).
  */
 async function abortable(inner, signal, start) {
-  if (!signal) return call(start(null))
+  if (!signal) return call((id) => start(id, false))
   if (signal.aborted) throw abortError(signal)
-  const id = inner.newCancelId()
-  const abort = () => inner.cancel(id)
+  let started
+  const abort = () => inner.cancel(started)
   signal.addEventListener('abort', abort, { once: true })
   try {
-    const out = await call(start(id))
+    const out = await call((id) => start((started = id), true))
     if (out === null) throw abortError(signal)
     return out
   } finally {
@@ -134,7 +162,8 @@ function defined(fields) {
 async function connect(url, options = {}) {
   if (typeof url !== 'string') throw invalid('url must be a string')
   const { waiterLeaseMs, requestTimeoutMs, lockDelayMs } = options
-  const inner = await call(native.connect(url, defined({ waiterLeaseMs, requestTimeoutMs, lockDelayMs })))
+  const settings = defined({ waiterLeaseMs, requestTimeoutMs, lockDelayMs })
+  const inner = await call((id) => native.connect(id, url, settings, settle))
   return new Client(inner, url)
 }
 
@@ -237,12 +266,12 @@ class Client {
    * `registerMetrics` exports them to prom-client.
    */
   async stats() {
-    return lockStats(await call(this.#native.stats()))
+    return lockStats(await call((id) => this.#native.stats(id)))
   }
 
   /** Who holds `name`, with which fencing token, for how long, and who waits. */
   async status(name) {
-    const s = await call(this.#native.status(name))
+    const s = await call((id) => this.#native.status(id, name))
     return { ...s, owner: s.owner ?? null, ttlMs: s.ttlMs ?? null }
   }
 
@@ -252,7 +281,7 @@ class Client {
    * token stored there before. Resolves false, changing nothing, for a stale holder.
    */
   async fencedWrite(resource, token, value) {
-    return call(this.#native.fencedWrite(resource, token, value))
+    return call((id) => this.#native.fencedWrite(id, resource, token, value))
   }
 
   get closed() {
@@ -300,12 +329,12 @@ class Acquirable {
    */
   async acquire({ signal, waitMs = this.waitMs } = {}) {
     const spec = defined({ ...this._spec(), waitMs })
-    return new Held(await abortable(this.#native, signal, (id) => this.#native.acquire(spec, id)))
+    return new Held(await abortable(this.#native, signal, (id, cancellable) => this.#native.acquire(id, spec, cancellable)))
   }
 
   /** Takes it if it is free now; null otherwise. */
   async tryAcquire() {
-    const inner = await call(this.#native.tryAcquire(defined(this._spec())))
+    const inner = await call((id) => this.#native.tryAcquire(id, defined(this._spec())))
     return inner === null ? null : new Held(inner)
   }
 }
@@ -440,18 +469,18 @@ class Held {
 
   /** Resolves with the reason if the lock is lost (null once released); never rejects. */
   get lost() {
-    this.#lost ??= this.#native.waitLost()
+    this.#lost ??= call((id) => this.#native.waitLost(id))
     return this.#lost
   }
 
   /** Renews now with `leaseMs`, which later renewals keep using. */
   async extend(leaseMs) {
-    return call(this.#native.extend(leaseMs))
+    return call((id) => this.#native.extend(id, leaseMs))
   }
 
   /** Releases the lock. Rejects with DLOCK_LOST if it was lost, DLOCK_NOT_HELD if already released. */
   async release() {
-    return call(this.#native.release())
+    return call((id) => this.#native.release(id))
   }
 
   /** `await using held = await lock.acquire()` releases it at the end of the block. */
@@ -483,13 +512,14 @@ class Election {
    */
   async campaign(value = '', { signal, waitMs = this.waitMs } = {}) {
     if (typeof value !== 'string') throw invalid('value must be a string')
-    const start = (id) => this.#native.campaign(this.name, value, this.leaseMs, waitMs ?? undefined, id)
+    const start = (id, cancellable) =>
+      this.#native.campaign(id, this.name, value, this.leaseMs, waitMs ?? undefined, cancellable)
     return new Leadership(await abortable(this.#native, signal, start))
   }
 
   /** The current leader, `{ term, value }` (term a bigint), or null if nobody leads. */
   async leader() {
-    return (await call(this.#native.leader(this.name))) ?? null
+    return (await call((id) => this.#native.leader(id, this.name))) ?? null
   }
 
   /**
@@ -522,7 +552,7 @@ class Leadership extends Held {
   /** Publishes a new value under the same term. */
   async proclaim(value) {
     if (typeof value !== 'string') throw invalid('value must be a string')
-    return call(this.#native.proclaim(value))
+    return call((id) => this.#native.proclaim(id, value))
   }
 
   /** Steps down, for this term only: the next candidate leads at once. Rejects with DLOCK_LOST if leadership was lost. */
@@ -546,9 +576,9 @@ class Observer {
 
   async next() {
     try {
-      return { value: (await this.#native.next()) ?? null, done: false }
+      return { value: (await call((id) => this.#native.next(id))) ?? null, done: false }
     } catch (err) {
-      if (coded(err).code === 'DLOCK_CLOSED') return { value: undefined, done: true }
+      if (err.code === 'DLOCK_CLOSED') return { value: undefined, done: true }
       throw err
     }
   }

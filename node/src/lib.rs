@@ -1,16 +1,25 @@
 //! The native half of the npm package `dlock`: the Rust client (and so the one engine) on
-//! napi-rs's tokio runtime, exposed as Promise-returning methods. The JavaScript API
-//! (`index.js`: options objects, AbortSignal, error codes, `held.lost`, `await using`) wraps it.
+//! napi-rs's tokio runtime. The JavaScript API (`index.js`: promises, options objects,
+//! AbortSignal, error codes, `held.lost`, `await using`) wraps it.
+//!
+//! A call that waits for the backend returns at once: `index.js` gives it an id, and its
+//! outcome comes back through the client's settle function (`Calls`).
 
 mod engine;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{BigInt, Either};
-use napi::{Error, Result, Status};
+use futures_util::FutureExt;
+use napi::bindgen_prelude::{BigInt, Either, FnArgs, Function, ToNapiValue};
+use napi::threadsafe_function::{
+    ThreadsafeCallContext, ThreadsafeFunction, ThreadsafeFunctionCallMode,
+};
+use napi::{Env, Error, Result, Status, sys};
 use napi_derive::napi;
 use tokio::sync::oneshot;
 
@@ -22,6 +31,11 @@ fn coded(code: &str, message: impl std::fmt::Display) -> Error {
 /// `DLOCK_` and the error's code in upper snake case (`DLOCK_NOT_HELD`).
 fn js_error(e: dlock::Error) -> Error {
     coded(&js_code(e.code()), e)
+}
+
+/// The message of a call that failed: its code first, as `coded` writes it.
+fn failure(e: dlock::Error) -> String {
+    format!("{}: {e}", js_code(e.code()))
 }
 
 fn js_code(code: dlock::ErrorCode) -> String {
@@ -99,27 +113,164 @@ pub struct ConnectOptions {
     pub lock_delay_ms: Option<f64>,
 }
 
-/// Connects to a backend URL (`dlock::BACKENDS`).
-#[napi]
-pub async fn connect(url: String, options: ConnectOptions) -> Result<NativeClient> {
-    let mut builder = dlock::Client::builder(&url);
-    if let Some(d) = optional_millis("waiterLeaseMs", options.waiter_lease_ms)? {
-        builder = builder.waiter_lease(d);
-    }
-    if let Some(d) = optional_millis("requestTimeoutMs", options.request_timeout_ms)? {
-        builder = builder.request_timeout(d);
-    }
-    if let Some(d) = optional_millis("lockDelayMs", options.lock_delay_ms)? {
-        builder = builder.lock_delay(d);
-    }
-    let client = builder.connect().await.map_err(js_error)?;
-    Ok(NativeClient {
-        client: Mutex::new(Some(client)),
-        cancels: Arc::default(),
-        next_cancel: AtomicU32::new(1),
-    })
+/// What a call ends with, as JavaScript gets it.
+enum Outcome {
+    Client(NativeClient),
+    Held(Option<NativeHeld>),
+    Flag(bool),
+    /// `undefined`.
+    Done,
+    Leader(Option<LeaderInfo>),
+    /// A lost reason, the stats' JSON, or a failed call's coded message.
+    Text(Option<String>),
+    Status(LockStatus),
 }
 
+// The one way napi-rs turns a Rust value into a JavaScript one is this unsafe trait.
+#[allow(unsafe_code)]
+impl ToNapiValue for Outcome {
+    unsafe fn to_napi_value(env: sys::napi_env, value: Self) -> Result<sys::napi_value> {
+        // SAFETY: `env` is the one napi-rs gave; each arm hands it on unchanged.
+        unsafe {
+            match value {
+                Outcome::Client(c) => NativeClient::to_napi_value(env, c),
+                Outcome::Held(h) => Option::<NativeHeld>::to_napi_value(env, h),
+                Outcome::Flag(b) => bool::to_napi_value(env, b),
+                Outcome::Done => <()>::to_napi_value(env, ()),
+                Outcome::Leader(l) => Option::<LeaderInfo>::to_napi_value(env, l),
+                Outcome::Text(t) => Option::<String>::to_napi_value(env, t),
+                Outcome::Status(s) => LockStatus::to_napi_value(env, s),
+            }
+        }
+    }
+}
+
+/// A call's id and how it ended: its value, or its coded message.
+type Settled = (u32, std::result::Result<Outcome, String>);
+
+type Settle = ThreadsafeFunction<Settled, (), FnArgs<(u32, bool, Outcome)>, Status, false, true>;
+
+/// How a client's calls end. A call returns at once and its work runs on the runtime; the
+/// outcome comes back by one threadsafe function, made once per client from `index.js`'s
+/// `settle(id, ok, value)`. (napi-rs's `async fn` makes a threadsafe function, an `Error` and
+/// two tasks for every call, and a function's release takes another turn of the event loop.)
+///
+/// The function is weak while no call is under way, so that an idle client does not keep the
+/// process alive; a call under way does.
+struct Calls {
+    settle: Settle,
+    alive: Arc<Alive>,
+    /// Waits that `cancel(id)` may stop, by call id.
+    cancels: Mutex<HashMap<u32, oneshot::Sender<()>>>,
+}
+
+impl std::fmt::Debug for Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls")
+            .field("alive", &self.alive)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The calls under way, which keep the event loop alive; counted on JavaScript's thread only.
+#[derive(Debug, Default)]
+struct Alive {
+    count: AtomicU32,
+    /// The settle function (`napi_threadsafe_function`), once made.
+    settle: std::sync::OnceLock<usize>,
+}
+
+// napi-rs's own `refer` and `unref` take the function by `&mut`, which the client's calls share.
+#[allow(unsafe_code)]
+impl Alive {
+    /// One more call: the first keeps the loop alive.
+    fn more(&self, env: &Env) {
+        if self.count.fetch_add(1, Ordering::Relaxed) == 0
+            && let Some(&f) = self.settle.get()
+        {
+            // SAFETY: on JavaScript's thread, with the function this client made.
+            unsafe {
+                sys::napi_ref_threadsafe_function(env.raw(), f as sys::napi_threadsafe_function)
+            };
+        }
+    }
+
+    /// One call fewer: the last lets the loop end.
+    fn fewer(&self, env: &Env) {
+        if self.count.fetch_sub(1, Ordering::Relaxed) == 1
+            && let Some(&f) = self.settle.get()
+        {
+            // SAFETY: as in `more`.
+            unsafe {
+                sys::napi_unref_threadsafe_function(env.raw(), f as sys::napi_threadsafe_function)
+            };
+        }
+    }
+}
+
+impl Calls {
+    fn new(settle: Function<'_, (), ()>) -> Result<Arc<Calls>> {
+        let alive = Arc::new(Alive::default());
+        let counted = alive.clone();
+        let settle = settle
+            .build_threadsafe_function::<Settled>()
+            .callee_handled::<false>()
+            .weak::<true>()
+            .build_callback(move |ctx: ThreadsafeCallContext<Settled>| {
+                counted.fewer(&ctx.env);
+                Ok(match ctx.value {
+                    (id, Ok(value)) => (id, true, value).into(),
+                    (id, Err(message)) => (id, false, Outcome::Text(Some(message))).into(),
+                })
+            })?;
+        let _ = alive.settle.set(settle.raw() as usize);
+        Ok(Arc::new(Calls {
+            settle,
+            alive,
+            cancels: Mutex::default(),
+        }))
+    }
+
+    /// Runs `work` on the runtime; its outcome settles call `id`.
+    fn start<F>(self: &Arc<Self>, env: &Env, id: u32, work: F)
+    where
+        F: Future<Output = std::result::Result<Outcome, String>> + Send + 'static,
+    {
+        self.alive.more(env);
+        let calls = self.clone();
+        napi::bindgen_prelude::spawn(async move {
+            let outcome = AssertUnwindSafe(work).catch_unwind().await;
+            let outcome = outcome.unwrap_or_else(|_| {
+                Err("dlock: the call panicked (a bug in dlock: please report it)".into())
+            });
+            calls
+                .settle
+                .call((id, outcome), ThreadsafeFunctionCallMode::NonBlocking);
+        });
+    }
+
+    /// Runs `wait`, which `cancel(id)` may stop when `cancellable` (then `None`: dropping it
+    /// leaves the queue).
+    async fn cancellable<T>(
+        self: Arc<Self>,
+        id: u32,
+        cancellable: bool,
+        wait: impl Future<Output = T>,
+    ) -> Option<T> {
+        if !cancellable {
+            return Some(wait.await);
+        }
+        let (tx, rx) = oneshot::channel();
+        let cancels = || self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        cancels().insert(id, tx);
+        let out = tokio::select! {
+            out = wait => Some(out),
+            _ = rx => None,
+        };
+        cancels().remove(&id);
+        out
+    }
+}
 /// What to acquire, as `index.js` describes it: `name` (with `permits` for a semaphore's
 /// permit, `rw` for a read-write lock's hold) or `names` (a multi-lock), and the options.
 #[napi(object)]
@@ -161,13 +312,43 @@ impl Spec {
     }
 }
 
+/// Connects to a backend URL (`dlock::BACKENDS`); call `id` settles with the client, whose
+/// calls settle by `settle`.
+#[napi]
+pub fn connect(
+    env: Env,
+    id: u32,
+    url: String,
+    options: ConnectOptions,
+    settle: Function<'_, (), ()>,
+) -> Result<()> {
+    let mut builder = dlock::Client::builder(&url);
+    if let Some(d) = optional_millis("waiterLeaseMs", options.waiter_lease_ms)? {
+        builder = builder.waiter_lease(d);
+    }
+    if let Some(d) = optional_millis("requestTimeoutMs", options.request_timeout_ms)? {
+        builder = builder.request_timeout(d);
+    }
+    if let Some(d) = optional_millis("lockDelayMs", options.lock_delay_ms)? {
+        builder = builder.lock_delay(d);
+    }
+    let calls = Calls::new(settle)?;
+    let own = calls.clone();
+    calls.start(&env, id, async move {
+        let client = builder.connect().await.map_err(failure)?;
+        Ok(Outcome::Client(NativeClient {
+            client: Mutex::new(Some(client)),
+            calls: own,
+        }))
+    });
+    Ok(())
+}
+
 #[napi]
 #[derive(Debug)]
 pub struct NativeClient {
     client: Mutex<Option<dlock::Client>>,
-    /// Pending acquires that an AbortSignal may cancel, by cancel id.
-    cancels: Arc<Mutex<HashMap<u32, oneshot::Sender<()>>>>,
-    next_cancel: AtomicU32,
+    calls: Arc<Calls>,
 }
 
 /// A lock's state, as `dlock status` shows it.
@@ -195,27 +376,6 @@ impl NativeClient {
         let client = self.client.lock().unwrap_or_else(|e| e.into_inner());
         client.clone().ok_or_else(|| js_error(dlock::Error::Closed))
     }
-
-    /// Runs a wait that `cancel(cancel_id)` may stop (then `None`: dropping it leaves the
-    /// queue).
-    async fn cancellable<T>(
-        &self,
-        cancel_id: Option<u32>,
-        wait: impl std::future::Future<Output = T>,
-    ) -> Option<T> {
-        let Some(id) = cancel_id else {
-            return Some(wait.await);
-        };
-        let (tx, rx) = oneshot::channel();
-        let cancels = || self.cancels.lock().unwrap_or_else(|e| e.into_inner());
-        cancels().insert(id, tx);
-        let out = tokio::select! {
-            out = wait => Some(out),
-            _ = rx => None,
-        };
-        cancels().remove(&id);
-        out
-    }
 }
 
 /// An election's leader.
@@ -236,25 +396,31 @@ impl From<dlock::Leader> for LeaderInfo {
     }
 }
 
-/// The changes of an election's leader, one `next()` at a time.
+/// The changes of an election's leader, one `next(id)` at a time.
 #[napi]
 #[derive(Debug)]
 pub struct NativeObserver {
     observer: Arc<tokio::sync::Mutex<Option<dlock::Observer>>>,
+    calls: Arc<Calls>,
 }
 
 #[napi]
 impl NativeObserver {
-    /// The next change: the leader, or null once nobody leads. Rejects with DLOCK_CLOSED once
-    /// closed.
+    /// The next change: call `id` settles with the leader, or null once nobody leads; rejects
+    /// with DLOCK_CLOSED once closed.
     #[napi]
-    pub async fn next(&self) -> Result<Option<LeaderInfo>> {
-        let mut observer = self.observer.lock().await;
-        let change = match observer.as_mut() {
-            Some(o) => o.changed().await,
-            None => Err(dlock::Error::Closed),
-        };
-        Ok(change.map_err(js_error)?.map(LeaderInfo::from))
+    pub fn next(&self, env: Env, id: u32) {
+        let observer = self.observer.clone();
+        self.calls.start(&env, id, async move {
+            let mut observer = observer.lock().await;
+            let change = match observer.as_mut() {
+                Some(o) => o.changed().await,
+                None => Err(dlock::Error::Closed),
+            };
+            Ok(Outcome::Leader(
+                change.map_err(failure)?.map(LeaderInfo::from),
+            ))
+        });
     }
 
     /// Stops observing; a `next()` under way ends with DLOCK_CLOSED.
@@ -272,41 +438,58 @@ impl NativeObserver {
 
 #[napi]
 impl NativeClient {
-    /// An id to pass to `acquire` so that `cancel(id)` can stop that wait.
-    #[napi]
-    pub fn new_cancel_id(&self) -> u32 {
-        self.next_cancel.fetch_add(1, Ordering::Relaxed)
-    }
-
     /// Waits for what `spec` names, up to its `waitMs` (rejects with DLOCK_TIMEOUT when it
-    /// runs out); null if `cancel(cancelId)` stopped the wait, which leaves the queue.
+    /// runs out). With `cancellable`, `cancel(id)` may stop the wait, which leaves the queue:
+    /// call `id` then settles with null.
     #[napi]
-    pub async fn acquire(&self, spec: Spec, cancel_id: Option<u32>) -> Result<Option<NativeHeld>> {
+    pub fn acquire(&self, env: Env, id: u32, spec: Spec, cancellable: bool) -> Result<()> {
         let (client, spec) = (self.client()?, spec.to_rust()?);
-        let held = self.cancellable(cancel_id, spec.acquire(&client)).await;
-        let held = held.transpose().map_err(js_error)?;
-        Ok(held.map(|held| NativeHeld { held, lead: None }))
+        let own = self.calls.clone();
+        let calls = self.calls.clone();
+        self.calls.start(&env, id, async move {
+            let held = calls
+                .cancellable(id, cancellable, spec.acquire(&client))
+                .await;
+            let held = held.transpose().map_err(failure)?;
+            Ok(Outcome::Held(held.map(|held| NativeHeld {
+                held,
+                lead: None,
+                calls: own,
+            })))
+        });
+        Ok(())
     }
 
     /// Takes what `spec` names if it is free now; null if not.
     #[napi]
-    pub async fn try_acquire(&self, spec: Spec) -> Result<Option<NativeHeld>> {
+    pub fn try_acquire(&self, env: Env, id: u32, spec: Spec) -> Result<()> {
         let (client, spec) = (self.client()?, spec.to_rust()?);
-        let held = spec.try_acquire(&client).await.map_err(js_error)?;
-        Ok(held.map(|held| NativeHeld { held, lead: None }))
+        let calls = self.calls.clone();
+        self.calls.start(&env, id, async move {
+            let held = spec.try_acquire(&client).await.map_err(failure)?;
+            Ok(Outcome::Held(held.map(|held| NativeHeld {
+                held,
+                lead: None,
+                calls,
+            })))
+        });
+        Ok(())
     }
 
-    /// Waits to lead election `name` (up to `waitMs`), then publishes `value`; null if
-    /// `cancel(cancelId)` stopped the wait.
+    /// Waits to lead election `name` (up to `waitMs`), then publishes `value`; cancellable as
+    /// `acquire`.
     #[napi]
-    pub async fn campaign(
+    #[allow(clippy::too_many_arguments)]
+    pub fn campaign(
         &self,
+        env: Env,
+        id: u32,
         name: String,
         value: String,
         lease_ms: f64,
         wait_ms: Option<f64>,
-        cancel_id: Option<u32>,
-    ) -> Result<Option<NativeHeld>> {
+        cancellable: bool,
+    ) -> Result<()> {
         let mut election = self
             .client()?
             .election(name)
@@ -314,19 +497,31 @@ impl NativeClient {
         if let Some(wait) = optional_millis("waitMs", wait_ms)? {
             election = election.wait(wait);
         }
-        let lead = self.cancellable(cancel_id, election.campaign(value)).await;
-        let lead = lead.transpose().map_err(js_error)?;
-        Ok(lead.map(|lead| NativeHeld {
-            held: lead.guard().clone(),
-            lead: Some(lead),
-        }))
+        let calls = self.calls.clone();
+        self.calls.start(&env, id, async move {
+            let lead = calls
+                .clone()
+                .cancellable(id, cancellable, election.campaign(value))
+                .await;
+            let lead = lead.transpose().map_err(failure)?;
+            Ok(Outcome::Held(lead.map(|lead| NativeHeld {
+                held: lead.guard().clone(),
+                lead: Some(lead),
+                calls,
+            })))
+        });
+        Ok(())
     }
 
     /// The leader of election `name`: its term and value, null if nobody leads.
     #[napi]
-    pub async fn leader(&self, name: String) -> Result<Option<LeaderInfo>> {
-        let leader = self.client()?.election(name).leader().await;
-        Ok(leader.map_err(js_error)?.map(LeaderInfo::from))
+    pub fn leader(&self, env: Env, id: u32, name: String) -> Result<()> {
+        let election = self.client()?.election(name);
+        self.calls.start(&env, id, async move {
+            let leader = election.leader().await.map_err(failure)?;
+            Ok(Outcome::Leader(leader.map(LeaderInfo::from)))
+        });
+        Ok(())
     }
 
     /// Follows election `name`'s leader: see `NativeObserver`.
@@ -335,17 +530,18 @@ impl NativeClient {
         let observer = self.client()?.election(name).observe().map_err(js_error)?;
         Ok(NativeObserver {
             observer: Arc::new(tokio::sync::Mutex::new(Some(observer))),
+            calls: self.calls.clone(),
         })
     }
 
-    /// Stops the acquire started with this cancel id (it then resolves with null).
+    /// Stops the cancellable wait of call `id` (it then settles with null).
     #[napi]
-    pub fn cancel(&self, cancel_id: u32) {
-        if let Some(tx) = self
-            .cancels
+    pub fn cancel(&self, id: u32) {
+        let cancels = &self.calls.cancels;
+        if let Some(tx) = cancels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&cancel_id)
+            .remove(&id)
         {
             let _ = tx.send(());
         }
@@ -354,12 +550,14 @@ impl NativeClient {
     /// The fenced write: true if `value` was stored under `token` (a bigint, or a whole
     /// number), false if refused as stale.
     #[napi]
-    pub async fn fenced_write(
+    pub fn fenced_write(
         &self,
+        env: Env,
+        id: u32,
         resource: String,
         token: Either<BigInt, f64>,
         value: String,
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let token = match token {
             // 0n may come with no words at all.
             Either::A(big) if big.words.iter().all(|w| *w == 0) => 0,
@@ -375,28 +573,44 @@ impl NativeClient {
             }
         };
         let token = dlock::spec::fencing_token(token).map_err(js_error)?;
-        let outcome = self.client()?.fenced_write(&resource, token, &value).await;
-        Ok(outcome.map_err(js_error)? == dlock::FencedWrite::Written)
+        let client = self.client()?;
+        self.calls.start(&env, id, async move {
+            let outcome = client.fenced_write(&resource, token, &value).await;
+            Ok(Outcome::Flag(
+                outcome.map_err(failure)? == dlock::FencedWrite::Written,
+            ))
+        });
+        Ok(())
     }
 
     #[napi]
-    pub async fn status(&self, name: String) -> Result<LockStatus> {
-        let s = self.client()?.status(&name).await.map_err(js_error)?;
-        Ok(LockStatus {
-            owner: s.owner,
-            count: s.count,
-            fencing_token: BigInt::from(s.fencing_token),
-            ttl_ms: s.ttl.map(|t| t.as_secs_f64() * 1e3),
-            latest_token: BigInt::from(s.latest_token),
-            waiters: s.waiters,
-        })
+    pub fn status(&self, env: Env, id: u32, name: String) -> Result<()> {
+        let client = self.client()?;
+        self.calls.start(&env, id, async move {
+            let s = client.status(&name).await.map_err(failure)?;
+            Ok(Outcome::Status(LockStatus {
+                owner: s.owner,
+                count: s.count,
+                fencing_token: BigInt::from(s.fencing_token),
+                ttl_ms: s.ttl.map(|t| t.as_secs_f64() * 1e3),
+                latest_token: BigInt::from(s.latest_token),
+                waiters: s.waiters,
+            }))
+        });
+        Ok(())
     }
 
     /// What the client's engine counted, as the JSON of `dlock::json::stats_to_json`.
     #[napi]
-    pub async fn stats(&self) -> Result<String> {
-        let stats = self.client()?.stats().await.map_err(js_error)?;
-        Ok(dlock::json::stats_to_json(&stats).to_string())
+    pub fn stats(&self, env: Env, id: u32) -> Result<()> {
+        let client = self.client()?;
+        self.calls.start(&env, id, async move {
+            let stats = client.stats().await.map_err(failure)?;
+            Ok(Outcome::Text(Some(
+                dlock::json::stats_to_json(&stats).to_string(),
+            )))
+        });
+        Ok(())
     }
 
     /// Stops taking calls; held locks stay held until released.
@@ -430,6 +644,7 @@ pub struct NativeHeld {
     held: dlock::SharedGuard,
     /// The leadership whose lock this is.
     lead: Option<dlock::Leadership>,
+    calls: Arc<Calls>,
 }
 
 #[napi]
@@ -480,34 +695,47 @@ impl NativeHeld {
     }
 
     #[napi]
-    pub async fn release(&self) -> Result<()> {
-        self.held.release().await.map_err(js_error)
+    pub fn release(&self, env: Env, id: u32) {
+        let held = self.held.clone();
+        self.calls.start(&env, id, async move {
+            held.release().await.map_err(failure)?;
+            Ok(Outcome::Done)
+        });
     }
 
     /// Publishes `value` under the same term (a leadership's only).
     #[napi]
-    pub async fn proclaim(&self, value: String) -> Result<()> {
-        let Some(lead) = &self.lead else {
+    pub fn proclaim(&self, env: Env, id: u32, value: String) -> Result<()> {
+        let Some(lead) = self.lead.clone() else {
             let why = "only a leadership proclaims".to_owned();
             return Err(js_error(dlock::Error::InvalidArgument(why)));
         };
-        lead.proclaim(value).await.map_err(js_error)
+        self.calls.start(&env, id, async move {
+            lead.proclaim(value).await.map_err(failure)?;
+            Ok(Outcome::Done)
+        });
+        Ok(())
     }
 
     #[napi]
-    pub async fn extend(&self, lease_ms: f64) -> Result<()> {
+    pub fn extend(&self, env: Env, id: u32, lease_ms: f64) -> Result<()> {
         let lease = millis("leaseMs", lease_ms)?;
-        self.held.extend(lease).await.map_err(js_error)
+        let held = self.held.clone();
+        self.calls.start(&env, id, async move {
+            held.extend(lease).await.map_err(failure)?;
+            Ok(Outcome::Done)
+        });
+        Ok(())
     }
 
-    /// Resolves with the reason when the lock is lost, or with null once it is released.
+    /// Settles call `id` with the reason when the lock is lost, or with null once it is
+    /// released.
     #[napi]
-    pub async fn wait_lost(&self) -> Result<Option<String>> {
-        Ok(self
-            .held
-            .lost_signal()
-            .wait()
-            .await
-            .map(|r| r.as_str().to_owned()))
+    pub fn wait_lost(&self, env: Env, id: u32) {
+        let lost = self.held.lost_signal().clone();
+        self.calls.start(&env, id, async move {
+            let reason = lost.wait().await;
+            Ok(Outcome::Text(reason.map(|r| r.as_str().to_owned())))
+        });
     }
 }

@@ -163,6 +163,14 @@ test('a process exits promptly after close, and an unhandled lost lock does not 
     await c.close()`)
   assert.equal(lost.status, 0, lost.stderr)
   assert.equal(lost.stdout.trim(), 'not-owner')
+  // A call under way keeps the process alive, with nothing else to wait for.
+  const waiting = script(`
+    const c = await connect('${redis.url}')
+    await c.lock('alive').acquire()
+    console.log(await c.lock('alive', { waitMs: 300 }).acquire().catch((e) => e.code))
+    await c.close()`)
+  assert.equal(waiting.status, 0, waiting.stderr)
+  assert.equal(waiting.stdout.trim(), 'DLOCK_TIMEOUT')
 })
 
 test('child_process workers keep a fenced counter exact', async () => {

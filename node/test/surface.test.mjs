@@ -76,6 +76,15 @@ test('errors carry their stable code; every lost reason is listed', async () => 
   for (const bad of [1.5, -1, 2n ** 64n, 0n]) {
     await assert.rejects(client.fencedWrite('r', bad, 'v'), { code: 'DLOCK_INVALID_ARGUMENT' }, String(bad))
   }
+  // A failed call's stack shows where it was made.
+  const held = await client.lock('busy').acquire()
+  async function takeBusy() {
+    return await client.lock('busy', { waitMs: 0 }).acquire()
+  }
+  const err = await takeBusy().catch((e) => e)
+  assert.equal(err.code, 'DLOCK_TIMEOUT')
+  assert.match(err.stack, /^Error: .*\n {4}at async Lock\.acquire .*\n {4}at async takeBusy /)
+  await held.release()
   const multi = client.multiLock(['b', 'a'])
   assert.ok(multi instanceof MultiLock && !(multi instanceof Lock), 'a multi-lock is not a lock with a joined name')
   assert.equal(multi.name, undefined)
