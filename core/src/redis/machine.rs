@@ -84,9 +84,9 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
         true
     }
 
-    /// With no wake-ups pushed, how often a queued waiter looks again at most (jittered
-    /// between half of it and all of it): a hand-off or a freed lock is found that late at
-    /// most. While the lock changes hands it looks sooner ([`Pending::next_look`]).
+    /// With no wake-ups pushed, the longest a queued waiter waits before it looks again
+    /// (jittered between half of it and all of it), and so how late it may find a hand-off or
+    /// a freed lock. While the lock changes hands it looks sooner ([`Pending::next_look`]).
     fn poll(&self) -> Option<Duration> {
         None
     }
