@@ -2132,57 +2132,197 @@ fn observations_are_the_counts_one_by_one_when_kept() {
     assert_eq!(bed.engines[0].poll_observation(), None);
 }
 
-/// MySQL has no wake-ups: a queued waiter looks again (ACQUIRE `refresh`) an eighth of the
-/// poll interval after a look that found a new tenure — or after it first queued — and each
-/// look that finds the same tenure doubles that, up to the poll interval (PROTOCOL.md §18).
-#[test]
-fn a_mysql_waiter_looks_sooner_while_the_lock_changes_hands() {
+/// A MySQL engine whose acquire of "a" (lease 10 s, waiter lease 3 s) is queued: the ACQUIRE
+/// it sent, and the time.
+fn queued_on_mysql(poll: Duration) -> (Engine, Instant, Request) {
     use dlock_core::Protocol;
-    use dlock_core::sql::{Dialect, SqlOp, SqlSettings, SqlValue};
-    let poll = Duration::from_millis(80);
+    use dlock_core::sql::{Dialect, SqlSettings};
     let mut config = Config::new(ClientId(7));
     let mut settings = SqlSettings::new(Dialect::Mysql);
     settings.poll_interval = poll;
     config.protocol = Protocol::Sql(settings);
-    let mut now = Instant::from_nanos(1_000_000_000);
+    let now = Instant::from_nanos(1_000_000_000);
     let mut engine = Engine::new(config, now).expect("config");
     while engine.poll_output().is_some() {}
     engine.handle_input(
         now,
         Input::Command(acquire(1, "a", 1, 10 * SEC, Wait::Forever)),
     );
-    // Each ACQUIRE answered "queued behind the tenure with fencing token `latest`": the longest
-    // wait until the next, and the mode it was sent in.
-    let look = |engine: &mut Engine, now: &mut Instant, latest: i64| -> (Duration, String) {
-        let Some(Output::Request(req)) = engine.poll_output() else {
-            panic!("no ACQUIRE sent")
-        };
-        let Op::Sql(SqlOp::Query { params, .. }) = &req.op else {
-            panic!("not a statement: {:?}", req.op)
-        };
-        let mode = format!("{:?}", params[4]);
-        let queued = [2, 10_000, latest].map(SqlValue::Int).to_vec();
-        let reply = Ok(Response::Sql(queued));
-        engine.handle_input(*now, Input::Reply { id: req.id, reply });
+    let Some(Output::Request(req)) = engine.poll_output() else {
+        panic!("no ACQUIRE sent")
+    };
+    (engine, now, req)
+}
+
+/// The statement a request runs, and its parameters.
+fn statement(req: &Request) -> (dlock_core::sql::Statement, Vec<String>) {
+    use dlock_core::sql::SqlOp;
+    let Op::Sql(SqlOp::Query {
+        statement, params, ..
+    }) = &req.op
+    else {
+        panic!("not a statement: {:?}", req.op)
+    };
+    (
+        *statement,
+        params.iter().map(|p| format!("{p:?}")).collect(),
+    )
+}
+
+/// A STATUS row of lock "a": held by `owner` in tenure `fence`, `pttl` ms left, the latest
+/// fencing token `latest`.
+fn status_row(owner: &str, fence: i64, pttl: i64, latest: i64) -> dlock_core::Reply {
+    use dlock_core::sql::SqlValue;
+    let owner = SqlValue::Text(owner.to_owned());
+    let ints = [1, fence, pttl, latest].map(SqlValue::Int);
+    Ok(Response::Sql(
+        [vec![owner], ints.to_vec(), vec![SqlValue::Null]].concat(),
+    ))
+}
+
+/// MySQL has no wake-ups: a queued waiter looks again an eighth of the poll interval after a
+/// look that found a new tenure — or after it first queued — and each look that finds the
+/// same tenure doubles that, up to the poll interval (PROTOCOL.md §18). A look reads the
+/// lock's STATUS, which locks no row and commits nothing; only keeping the place in the queue
+/// (at a third of the waiter lease) or taking the lock sends an ACQUIRE.
+#[test]
+fn a_mysql_waiter_looks_sooner_while_the_lock_changes_hands() {
+    use dlock_core::sql::{SqlValue, Statement};
+    let poll = Duration::from_millis(80);
+    let (mut engine, mut now, first) = queued_on_mysql(poll);
+    assert_eq!(statement(&first).0, Statement::Acquire);
+    assert!(statement(&first).1[4].contains("wait"));
+    let queued = [2, 10_000, 5].map(SqlValue::Int).to_vec();
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: first.id,
+            reply: Ok(Response::Sql(queued)),
+        },
+    );
+    // Each look answered "held by another, in the tenure with fencing token `latest`": the
+    // longest wait until the next, and the statement that next look ran.
+    let mut waits = Vec::new();
+    for latest in [5, 5, 5, 5, 6, 6, 6] {
         assert_eq!(engine.poll_output(), None, "nothing but a timer");
         let at = engine.poll_timeout().expect("a next look");
-        let wait = at.saturating_duration_since(*now);
-        *now = at;
-        engine.handle_timeout(*now);
-        (wait, mode)
-    };
-    let mut waits = Vec::new();
-    for latest in [5, 5, 5, 5, 5, 6, 6] {
-        let (wait, mode) = look(&mut engine, &mut now, latest);
-        waits.push((wait, mode, latest));
+        waits.push(at.saturating_duration_since(now));
+        now = at;
+        engine.handle_timeout(now);
+        let Some(Output::Request(req)) = engine.poll_output() else {
+            panic!("no look sent")
+        };
+        assert_eq!(statement(&req).0, Statement::Status, "a look only reads");
+        let reply = status_row("someone-else", latest, 10_000, latest);
+        engine.handle_input(now, Input::Reply { id: req.id, reply });
     }
     // Each wait is jittered between half of its interval and all of it.
-    for ((wait, _, latest), interval) in waits.iter().zip([8, 4, 2, 1, 1, 8, 4]) {
+    for (i, (wait, interval)) in waits.iter().zip([8, 4, 2, 1, 1, 8, 4]).enumerate() {
         let interval = poll / interval;
         assert!(
             *wait >= interval / 2 && *wait <= interval,
-            "{latest}: waited {wait:?}, interval {interval:?}: {waits:?}"
+            "look {i}: waited {wait:?}, interval {interval:?}: {waits:?}"
         );
     }
-    assert!(waits[0].1.contains("wait") && waits[1..].iter().all(|w| w.1.contains("refresh")));
+}
+
+/// A MySQL waiter's look decides what comes next: a lock handed to it after its place was
+/// last confirmed is taken at once, as a wake-up would be; a free one is taken by ACQUIRE;
+/// and the place is kept by ACQUIRE `refresh` in time, however often it looks.
+#[test]
+fn a_mysql_waiters_look_takes_a_handed_lock_and_keeps_its_place() {
+    use dlock_core::sql::{SqlValue, Statement};
+    let poll = Duration::from_millis(80);
+    let next = |engine: &mut Engine, now: &mut Instant| {
+        assert_eq!(engine.poll_output(), None, "nothing but a timer");
+        *now = engine.poll_timeout().expect("a next look");
+        engine.handle_timeout(*now);
+        let Some(Output::Request(req)) = engine.poll_output() else {
+            panic!("nothing sent")
+        };
+        req
+    };
+    let queue = |engine: &mut Engine, now: Instant, req: &Request| {
+        let queued = [2, 10_000, 5].map(SqlValue::Int).to_vec();
+        let reply = Ok(Response::Sql(queued));
+        engine.handle_input(now, Input::Reply { id: req.id, reply });
+    };
+
+    // Handed to us (tenure 6, after our place was confirmed at 5): held, nothing sent.
+    let (mut engine, mut now, first) = queued_on_mysql(poll);
+    let token = statement(&first).1[1].clone();
+    let token = token.trim_start_matches("Text(\"").trim_end_matches("\")");
+    queue(&mut engine, now, &first);
+    let look = next(&mut engine, &mut now);
+    assert_eq!(statement(&look).0, Statement::Status);
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: look.id,
+            reply: status_row(token, 6, 2_000, 6),
+        },
+    );
+    let Some(Output::Event(Event::Acquired { fencing_token, .. })) = engine.poll_output() else {
+        panic!("a look that finds the lock handed over takes it")
+    };
+    assert_eq!(fencing_token, 6);
+    assert_eq!(engine.poll_output(), None);
+
+    // Ours, but not provably handed after our place was confirmed (tenure 5): ACQUIRE tells.
+    let (mut engine, mut now, first) = queued_on_mysql(poll);
+    queue(&mut engine, now, &first);
+    let look = next(&mut engine, &mut now);
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: look.id,
+            reply: status_row(token, 5, 2_000, 5),
+        },
+    );
+    let Some(Output::Request(req)) = engine.poll_output() else {
+        panic!("an unproven hand-off is claimed")
+    };
+    assert_eq!(statement(&req).0, Statement::Acquire);
+
+    // Free: ACQUIRE `refresh` takes it.
+    let (mut engine, mut now, first) = queued_on_mysql(poll);
+    queue(&mut engine, now, &first);
+    let look = next(&mut engine, &mut now);
+    engine.handle_input(
+        now,
+        Input::Reply {
+            id: look.id,
+            reply: status_row("", 0, -2, 5),
+        },
+    );
+    let Some(Output::Request(req)) = engine.poll_output() else {
+        panic!("a free lock is taken")
+    };
+    assert_eq!(statement(&req).0, Statement::Acquire);
+    assert!(statement(&req).1[4].contains("refresh"));
+
+    // Held by another for long: looks read, until the place must be kept (a third of the
+    // 3 s waiter lease after the ACQUIRE that queued): then ACQUIRE `refresh`.
+    let (mut engine, mut now, first) = queued_on_mysql(poll);
+    let queued_at = now;
+    queue(&mut engine, now, &first);
+    loop {
+        let req = next(&mut engine, &mut now);
+        match statement(&req).0 {
+            Statement::Status => {
+                let reply = status_row("someone-else", 5, 60_000, 5);
+                engine.handle_input(now, Input::Reply { id: req.id, reply });
+            }
+            Statement::Acquire => {
+                assert!(statement(&req).1[4].contains("refresh"));
+                assert_eq!(
+                    now,
+                    queued_at + Duration::from_secs(1),
+                    "kept a third of the waiter lease after"
+                );
+                break;
+            }
+            other => panic!("{other:?} sent"),
+        }
+    }
 }

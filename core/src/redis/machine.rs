@@ -32,6 +32,7 @@ use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwHold, RwKeys,
     SemaphoreKeys, Value, Wake,
 };
+use crate::status::LockStatus;
 use crate::time::{Instant, server_delay};
 use crate::types::{
     Acquire, Event, HoldId, Kind, LostReason, NotAcquired, Notice, Op, OpId, Primitive, Response,
@@ -53,6 +54,11 @@ pub(crate) trait Wire: Clone + fmt::Debug + Sized {
 
     /// A reply as the script gives it, or the response back if it is another protocol's.
     fn reply(response: Response) -> Result<Value, Response>;
+
+    /// A STATUS reply, as [`Wire::reply`] gave it.
+    fn status(reply: &Value) -> Result<LockStatus, Error> {
+        redis::parse_status(reply)
+    }
 
     /// Refuses a lock name the server cannot store (after the engine's checks).
     fn refuse_name(&self, _name: &str) -> Result<(), Error> {
@@ -279,6 +285,12 @@ pub(crate) struct Pending {
     /// Without pushed wake-ups: how many times the poll interval is halved for the next look
     /// (at most [`FAST_LOOK`]).
     pace: u8,
+    /// Without pushed wake-ups: the largest latest fencing token a look has found (what the
+    /// pace follows).
+    seen: u64,
+    /// The next refresh only looks (STATUS), as it comes before the place must be kept or
+    /// the holder's lease runs out.
+    look: bool,
 }
 
 /// Without pushed wake-ups, a waiter whose look found a new tenure (or that just queued)
@@ -303,12 +315,13 @@ impl Pending {
         self.step != Step::Idle
     }
 
-    /// The longest wait before the next look, after a look (an ACQUIRE that queued) that
-    /// found the lock's latest fencing token `latest`: `poll` halved [`FAST_LOOK`] times when
-    /// that token is new to this waiter, else twice the previous wait, up to `poll`. Call it
-    /// before the reply updates the place.
+    /// The longest wait before the next look, after a look (an ACQUIRE that queued, or a
+    /// STATUS) that found the lock's latest fencing token `latest`: `poll` halved
+    /// [`FAST_LOOK`] times when that token is new to this waiter, else twice the previous
+    /// wait, up to `poll`.
     fn next_look(&mut self, latest: u64, poll: Duration) -> Duration {
-        let moved = !matches!(self.place, Place::Queued { latest: seen, .. } if seen >= latest);
+        let moved = latest > self.seen || self.seen == 0;
+        self.seen = self.seen.max(latest);
         self.pace = if moved {
             FAST_LOOK
         } else {
@@ -326,6 +339,10 @@ pub(crate) enum Purpose {
     Acquire {
         seq: u64,
         mode: Mode,
+    },
+    /// STATUS of a queued waiter's lock, without pushed wake-ups: a look that locks nothing.
+    Look {
+        seq: u64,
     },
     /// ACQUIRE (refresh mode) by the owner of a held lock: reentry.
     Reenter {
@@ -490,6 +507,7 @@ impl<W: Wire> Redis<W> {
             return;
         };
         w.state.step = Step::Asking { free: false };
+        w.state.look = false;
         let mode = w.state.place.mode();
         let req = self.wire.op(self.acquire_op(t, 1, mode), &[&t.name]);
         life.clear_timer(RedisTimer::Refresh(seq));
@@ -550,22 +568,11 @@ impl<W: Wire> Redis<W> {
             }
             Ok(AcquireReply::Queued { latest, expires }) if mode != Mode::Try => {
                 w.waited = true;
-                let look = self.wire.poll().map(|poll| p.next_look(latest, poll));
                 if !matches!(p.place, Place::Queued { at, .. } if at >= sent) {
                     p.place = Place::Queued { at: sent, latest };
                 }
                 let woken = p.woken.is_some();
-                // Refresh our place in the queue in time to keep it, and look again as soon as
-                // the holder's lease runs out: a holder that dies without releasing wakes
-                // nobody, so the queue head must come and take the lock itself.
-                let keep_place = sent + self.waiter_lease(lease) / 3;
-                let lapse = expires.map(|pttl| now + pttl + Duration::from_millis(1));
-                let mut at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
-                // Without wake-ups, look again soon: a hand-off is found at the next look.
-                if let Some(look) = look {
-                    at = at.min(now + self.jitter.between(look / 2, look));
-                }
-                life.set_timer(RedisTimer::Refresh(seq), at);
+                self.schedule_refresh(life, seq, expires, latest);
                 if woken {
                     self.take_hand_off(life, seq);
                 } else if free {
@@ -593,6 +600,93 @@ impl<W: Wire> Redis<W> {
             }
             Err(error @ Error::MalformedReply(_)) => life.fail(self, seq, error),
             Err(error) => life.retry(self, seq, error, retry_delay(self.waiter_lease)),
+        }
+    }
+
+    /// Sets queued waiter `seq`'s next refresh: in time to keep its place, and as soon as the
+    /// holder's lease (`expires` from now, as the last reply found it) runs out — a holder
+    /// that dies without releasing wakes nobody, so the queue head must come and take the
+    /// lock itself. Without wake-ups it looks again sooner, after a look that found the
+    /// lock's latest fencing token `latest` ([`Pending::next_look`]): a hand-off is found at
+    /// the next look. A look that comes before the other two reads a plain lock's STATUS,
+    /// which locks no row and commits nothing, instead of sending an ACQUIRE.
+    fn schedule_refresh(
+        &mut self,
+        life: &mut Life<W>,
+        seq: u64,
+        expires: Option<Duration>,
+        latest: u64,
+    ) {
+        let now = life.now();
+        let Some(t) = life.tenures.get_mut(seq) else {
+            return;
+        };
+        let (wl, lock) = (
+            self.waiter_lease(t.lease),
+            matches!(t.data.target, Target::Lock),
+        );
+        let State::Pending(w) = &mut t.state else {
+            return;
+        };
+        let p = &mut w.state;
+        let Place::Queued { at: queued, .. } = p.place else {
+            return;
+        };
+        let keep_place = queued + wl / 3;
+        let lapse = expires.map(|pttl| now + pttl + Duration::from_millis(1));
+        let mut at = lapse.map_or(keep_place, |l| l.min(keep_place)).max(now);
+        p.look = false;
+        if let Some(poll) = self.wire.poll() {
+            let look = p.next_look(latest, poll);
+            let look = now + self.jitter.between(look / 2, look);
+            if look < at {
+                (at, p.look) = (look, lock);
+            }
+        }
+        life.set_timer(RedisTimer::Refresh(seq), at);
+    }
+
+    /// A queued waiter looks at its lock (STATUS) without taking or renewing anything.
+    fn send_look(&mut self, life: &mut Life<W>, seq: u64) {
+        let Some(t) = life.tenures.get_mut(seq) else {
+            return;
+        };
+        if let State::Pending(w) = &mut t.state {
+            w.state.look = false;
+        }
+        let keys = t.data.lock_keys(&t.name, &self.token(t));
+        let req = self.wire.op(redis::status(keys), &[&t.name]);
+        life.send(req, Purpose::Look { seq });
+    }
+
+    /// What a look found. Handed to us after our place was last confirmed (a fencing token
+    /// larger than that reply's `latest`): taken as a hand-off notice would be. Held by
+    /// another: look again later. Free, expired, or ours in a way only an ACQUIRE can tell:
+    /// ACQUIRE, which takes it.
+    fn on_look(&mut self, life: &mut Life<W>, seq: u64, reply: Result<Value, Error>) {
+        let Some(t) = life.tenures.get(seq) else {
+            return;
+        };
+        let token = self.token(t);
+        let Some(w) = life.tenures.pending_mut(seq) else {
+            return;
+        };
+        let p = &mut w.state;
+        if p.asking() {
+            return; // the ACQUIRE under way decides
+        }
+        let Place::Queued { latest, .. } = p.place else {
+            return self.send_acquire(life, seq);
+        };
+        match reply.and_then(|v| W::status(&v)) {
+            Ok(s) if s.owner.as_deref() == Some(token.as_str()) && s.fencing_token > latest => {
+                p.woken = Some(p.woken.map_or(s.fencing_token, |w| w.max(s.fencing_token)));
+                self.take_hand_off(life, seq);
+            }
+            Ok(s) if s.owner.is_some() && s.owner.as_deref() != Some(token.as_str()) => {
+                self.schedule_refresh(life, seq, s.ttl, s.latest_token);
+            }
+            _ => self.send_acquire(life, seq),
         }
     }
 
@@ -794,6 +888,8 @@ impl<W: Wire> Backend for Redis<W> {
             step: Step::Idle,
             woken: None,
             pace: 0,
+            seen: 0,
+            look: false,
         };
         let keys = Keys {
             target,
@@ -869,6 +965,7 @@ impl<W: Wire> Backend for Redis<W> {
                 let sent = from_reply(Plant::ValidityFromReply);
                 self.on_acquire(life, seq, mode, sent, reply)
             }
+            Purpose::Look { seq } => self.on_look(life, seq, reply),
             Purpose::Reenter { seq, op, lease } => {
                 self.on_reenter(life, seq, op, lease, sent, reply)
             }
@@ -923,11 +1020,14 @@ impl<W: Wire> Backend for Redis<W> {
 
     fn timer(&mut self, life: &mut Life<W>, timer: RedisTimer) {
         match timer {
-            RedisTimer::Refresh(seq) => {
-                if life.tenures.pending(seq).is_some_and(|w| !w.state.asking()) {
-                    self.send_acquire(life, seq);
+            RedisTimer::Refresh(seq) => match life.tenures.pending(seq) {
+                Some(w) if w.state.asking() => {}
+                Some(w) if w.state.look && matches!(w.state.place, Place::Queued { .. }) => {
+                    self.send_look(life, seq)
                 }
-            }
+                Some(_) => self.send_acquire(life, seq),
+                None => {}
+            },
             RedisTimer::Subscribe => self.subscribe(life),
             RedisTimer::Observe(op) => self.read(life, op),
             RedisTimer::Follow => self.refollow(life, false),

@@ -99,7 +99,8 @@ pub struct SqlSettings {
     /// lock (nothing pushes wake-ups); each look is jittered between half of the interval and
     /// all of it. While the lock changes hands a waiter looks sooner: an eighth of this after
     /// a look that found a new tenure, doubling with each look that found none (PROTOCOL.md
-    /// §18). Unused on PostgreSQL. 1 ms to 10 s.
+    /// §18). A plain lock's waiter looks by reading its STATUS. Unused on PostgreSQL. 1 ms to
+    /// 10 s.
     pub poll_interval: Duration,
 }
 
@@ -260,6 +261,23 @@ impl Wire for SqlSettings {
             Response::Sql(values) => Ok(as_redis(values)),
             other => Err(other),
         }
+    }
+
+    /// The statement's values, back from the form [`Wire::reply`] gave them in.
+    fn status(reply: &Value) -> Result<LockStatus, Error> {
+        let bad = || Error::MalformedReply(format!("status replied {reply:?}"));
+        let Value::Array(items) = reply else {
+            return Err(bad());
+        };
+        let values = items.iter().map(|v| match v {
+            Value::Nil => Ok(SqlValue::Null),
+            Value::Int(n) => Ok(SqlValue::Int(*n)),
+            Value::Data(d) => String::from_utf8(d.clone())
+                .map(SqlValue::Text)
+                .map_err(|_| bad()),
+            Value::Status(_) | Value::Array(_) => Err(bad()),
+        });
+        parse_status(&values.collect::<Result<Vec<_>, _>>()?)
     }
 
     fn pushes(&self) -> bool {
