@@ -2248,58 +2248,38 @@ fn a_mysql_waiters_look_takes_a_handed_lock_and_keeps_its_place() {
         engine.handle_input(now, Input::Reply { id: req.id, reply });
     };
 
+    // A queued waiter (its place confirmed at tenure 5) whose first look finds `status`
+    // (owner `None`: its own token): what the engine does next.
+    let first_look = |owner: Option<&str>, fence: i64, pttl: i64| {
+        let (mut engine, mut now, first) = queued_on_mysql(poll);
+        let token = statement(&first).1[1].clone();
+        let token = token.trim_start_matches("Text(\"").trim_end_matches("\")");
+        queue(&mut engine, now, &first);
+        let look = next(&mut engine, &mut now);
+        assert_eq!(statement(&look).0, Statement::Status);
+        let reply = status_row(owner.unwrap_or(token), fence, pttl, fence.max(5));
+        engine.handle_input(now, Input::Reply { id: look.id, reply });
+        let out = engine.poll_output();
+        assert_eq!(engine.poll_output(), None, "one output");
+        out
+    };
+
     // Handed to us (tenure 6, after our place was confirmed at 5): held, nothing sent.
-    let (mut engine, mut now, first) = queued_on_mysql(poll);
-    let token = statement(&first).1[1].clone();
-    let token = token.trim_start_matches("Text(\"").trim_end_matches("\")");
-    queue(&mut engine, now, &first);
-    let look = next(&mut engine, &mut now);
-    assert_eq!(statement(&look).0, Statement::Status);
-    engine.handle_input(
-        now,
-        Input::Reply {
-            id: look.id,
-            reply: status_row(token, 6, 2_000, 6),
-        },
-    );
-    let Some(Output::Event(Event::Acquired { fencing_token, .. })) = engine.poll_output() else {
+    let Some(Output::Event(Event::Acquired { fencing_token, .. })) = first_look(None, 6, 2_000)
+    else {
         panic!("a look that finds the lock handed over takes it")
     };
     assert_eq!(fencing_token, 6);
-    assert_eq!(engine.poll_output(), None);
 
-    // Ours, but not provably handed after our place was confirmed (tenure 5): ACQUIRE tells.
-    let (mut engine, mut now, first) = queued_on_mysql(poll);
-    queue(&mut engine, now, &first);
-    let look = next(&mut engine, &mut now);
-    engine.handle_input(
-        now,
-        Input::Reply {
-            id: look.id,
-            reply: status_row(token, 5, 2_000, 5),
-        },
-    );
-    let Some(Output::Request(req)) = engine.poll_output() else {
-        panic!("an unproven hand-off is claimed")
-    };
-    assert_eq!(statement(&req).0, Statement::Acquire);
-
-    // Free: ACQUIRE `refresh` takes it.
-    let (mut engine, mut now, first) = queued_on_mysql(poll);
-    queue(&mut engine, now, &first);
-    let look = next(&mut engine, &mut now);
-    engine.handle_input(
-        now,
-        Input::Reply {
-            id: look.id,
-            reply: status_row("", 0, -2, 5),
-        },
-    );
-    let Some(Output::Request(req)) = engine.poll_output() else {
-        panic!("a free lock is taken")
-    };
-    assert_eq!(statement(&req).0, Statement::Acquire);
-    assert!(statement(&req).1[4].contains("refresh"));
+    // Ours, but not provably handed after our place was confirmed (tenure 5): ACQUIRE tells;
+    // free: ACQUIRE `refresh` takes it.
+    for (owner, fence, pttl) in [(None, 5, 2_000), (Some(""), 0, -2)] {
+        let Some(Output::Request(req)) = first_look(owner, fence, pttl) else {
+            panic!("{owner:?} {fence}: nothing asked")
+        };
+        assert_eq!(statement(&req).0, Statement::Acquire);
+        assert!(statement(&req).1[4].contains("refresh"));
+    }
 
     // Held by another for long: looks read, until the place must be kept (a third of the
     // 3 s waiter lease after the ACQUIRE that queued): then ACQUIRE `refresh`.
