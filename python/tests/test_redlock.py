@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -14,6 +15,14 @@ def test_redlock_excludes_fences_and_survives_a_node_restart(redlock: Redlock) -
     a, b = dlock.connect(redlock.url), dlock.connect(redlock.url)
     # A lease that a loaded machine's scheduling delays cannot eat: renewals go every third.
     with a.lock("job", lease=2.0) as held:
+        # A Redlock acquire returns once a majority grants it; the third node's answer may
+        # still be on its way (on a fresh node, after loading the functions). Only with all
+        # three does a restart of one leave the two that renewals need, so wait for it here,
+        # before a contender could take the third node in between.
+        deadline = time.monotonic() + 10
+        while len({node.cli("HGET", "dlock:{job}:lock", "owner") for node in redlock.nodes}) != 1:
+            assert time.monotonic() < deadline, "a did not get the lock on every node"
+            time.sleep(0.01)
         assert b.lock("job").try_acquire() is None
         status = a.status("job")
         assert status.fencing_token == held.fencing_token
