@@ -417,7 +417,10 @@ impl Client {
                     .into(),
             ));
         };
-        let connect = || builder.clone().connect();
+        // Boxed: a connect's future is over 5 KB, and this one is part of every acquire's
+        // future (moved, so copied, by each host that hands it to a runtime) though it runs
+        // once per client.
+        let connect = || Box::pin(builder.clone().connect());
         companion.get_or_try_init(connect).await.cloned()
     }
 

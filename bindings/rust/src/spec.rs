@@ -255,6 +255,38 @@ pub fn fencing_token(n: i128) -> Result<u64, Error> {
 mod tests {
     use super::*;
 
+    /// Every host moves the future of an acquire at least once (into a box, a task) before it
+    /// runs, and a move is a copy. It once held a connect's future (over 5 KB, for the
+    /// Redisson companion client that a lock connects on first use): two copies of that
+    /// were an eighth of a Python acquire + release's instructions. A bound with room, not an
+    /// exact size, since compilers differ.
+    #[tokio::test]
+    async fn the_futures_hosts_move_stay_small() {
+        let client = Client::builder("memory://spec-sizes")
+            .connect()
+            .await
+            .unwrap();
+        let specs = [
+            LockSpec::named("a".into(), None, None).unwrap(),
+            LockSpec::named("a".into(), Some(2), None).unwrap(),
+            LockSpec::named("a".into(), None, Some("read")).unwrap(),
+            LockSpec::new(Primitive::Multi {
+                names: vec!["a".into(), "b".into()],
+            }),
+        ];
+        for spec in &specs {
+            let acquire = spec.acquire(&client);
+            let try_acquire = spec.try_acquire(&client);
+            for size in [size_of_val(&acquire), size_of_val(&try_acquire)] {
+                assert!(
+                    size <= 2048,
+                    "{:?}: a future of {size} bytes",
+                    spec.primitive
+                );
+            }
+        }
+    }
+
     #[test]
     fn host_values_are_checked_once() {
         assert_eq!(
