@@ -128,7 +128,10 @@ async fn crafted_names_stay_inside_their_hash_tag_on_redis() {
         .query_async(&mut con)
         .await
         .unwrap();
-    let tags: BTreeSet<String> = NAMES.iter().map(|n| dlock_core::redis::escape(n)).collect();
+    let tags: BTreeSet<String> = NAMES
+        .iter()
+        .map(|n| dlock_core::redis::escape(n).into_owned())
+        .collect();
     assert!(!keys.is_empty());
     for key in keys {
         let key = String::from_utf8(key).expect("keys are the names' UTF-8");

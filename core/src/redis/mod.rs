@@ -8,6 +8,7 @@ pub mod reference;
 
 use core::time::Duration;
 
+use std::borrow::Cow;
 use std::hash::Hasher;
 
 use crate::error::Error;
@@ -450,9 +451,13 @@ pub enum Value {
 /// Escapes a lock name for use inside a hash tag: `%`, `{` and `}` become `%25`, `%7B`, `%7D`.
 ///
 /// The escaped name contains no brace, so `{escaped}` is always the key's hash tag (all keys
-/// of one lock land in one Redis Cluster slot), and distinct names stay distinct.
-pub fn escape(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
+/// of one lock land in one Redis Cluster slot), and distinct names stay distinct. A name
+/// without them (nearly every one) is its own escape, borrowed: every request builds its keys.
+pub fn escape(name: &str) -> Cow<'_, str> {
+    if !name.contains(['%', '{', '}']) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 4);
     for c in name.chars() {
         match c {
             '%' => out.push_str("%25"),
@@ -461,7 +466,7 @@ pub fn escape(name: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The key of `name` with this suffix: `dlock:{escaped name}:suffix`.
