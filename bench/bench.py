@@ -20,6 +20,8 @@ Measured:
   lowest p50;
 - uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
   across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
+  and the client's CPU per cycle (its process's CPU time over the N cycles, every thread,
+  user + system, as the worker reads it), the least of the rounds;
 - contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms (spinning on
   the monotonic clock, so that no language's timer stretches it; the measured hold is
   reported), then works W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
@@ -234,8 +236,14 @@ def uncontended(impl: Impl, url: str, cycles: int) -> None:
     result = run_json(impl.command + ["uncontended", impl.lib, url, name, str(cycles)], timeout=600)
     samples = [s / 1e6 for s in result["samples"]]
     measured = {"p50": pct(samples, 0.5), "p99": pct(samples, 0.99), "rate": len(samples) / (result["total"] / 1e9)}
+    # The client's CPU per cycle (every thread of its process, µs): what the library costs
+    # the machine, and on the quiet machine a bench wants far steadier from run to run than a
+    # latency. The least of the rounds.
+    cpu = result["cpu"] / 1e3 / len(samples)
+    best_cpu = min(cpu, impl.uncontended.get("cpu", cpu))
     if not impl.uncontended or measured["p50"] < impl.uncontended["p50"]:
         impl.uncontended = measured
+    impl.uncontended["cpu"] = best_cpu
 
 
 def round_trips(urls: List[str], rtt: Dict[str, float]) -> None:
@@ -415,8 +423,11 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "",
         "## Uncontended acquire + release",
         "",
-        "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, else Rust; same backend) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "Client CPU: the worker process's CPU time (user + system, every thread) over the cycles, per cycle, the least "
+        "of the rounds.",
+        "",
+        "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, else Rust; same backend) | client CPU per cycle (µs) | client CPU / dlock's (same language, else Rust; same backend) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for impl in impls:
         if impl.skipped or not impl.uncontended:
@@ -425,9 +436,11 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         base = find("dlock", impl.language, impl.backend) or find("dlock", "Rust", impl.backend)
         two = 2 * yard(impl.backend)
         vs = u["p50"] / base.uncontended["p50"] if base and base.uncontended else float("nan")
+        cpu_vs = u["cpu"] / base.uncontended["cpu"] if base and base.uncontended else float("nan")
         lines.append(
             f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {fmt(u['p50'])} | "
-            f"{fmt(u['p99'])} | {u['rate']:.0f} | {fmt(u['p50'] / two, 2)} | {fmt(vs, 2)} |"
+            f"{fmt(u['p99'])} | {u['rate']:.0f} | {fmt(u['p50'] / two, 2)} | {fmt(vs, 2)} | "
+            f"{u['cpu']:.0f} | {fmt(cpu_vs, 2)} |"
         )
     lines += [
         "",
@@ -520,7 +533,9 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         ("(where it goes) dlock's two functions by FCALL on a bare connection / 2 EVALSHA of `return 1`: the server's part", scripts / (2 * evalsha), "–", lambda x: True),
         ("(where it goes) uncontended Rust cycle / dlock's two functions on a bare connection: the client's part", rust.uncontended["p50"] / scripts, "–", lambda x: True),
         ("Wasm engine cycle / native cycle", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust), "≤ 1.05", lambda x: x <= 1.05),
+        ("(where it goes) client CPU per cycle, Wasm engine / native", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust, "cpu"), "–", lambda x: True),
         ("Node cycle / node-redlock cycle", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis")), "≤ 0.95", lambda x: x <= 0.95),
+        ("(where it goes) client CPU per cycle, dlock Node / node-redlock", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis"), "cpu"), "–", lambda x: True),
         ("hot lock, 8 processes: dlock Rust acquisitions/s / best peer's", rust.hot.get(8, {}).get("rate", float("nan")) / peer_hot, "≥ 2", lambda x: x >= 2),
         ("hot lock: dlock fairness, worst row (Redis)", hot_fairness, "≤ 1.05", lambda x: x <= 1.05),
         ("server capacity: dlock cycles per core / cheapest peer's", peer_capacity / dlock_capacity, "≥ 0.7", lambda x: x >= 0.7),
@@ -528,7 +543,9 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         ("redis-py Lock hand-off / dlock (Python, 8 workers)", ratio(find("redis-py Lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "≥ 50", lambda x: x >= 50),
         ("python-redis-lock hand-off / dlock (Python, 8 workers)", ratio(find("python-redis-lock", "Python", "redis"), find("dlock", "Python", "redis"), workers=8), "> 1", lambda x: x > 1),
         ("Python cycle / Rust cycle", ratio(find("dlock", "Python", "redis"), rust), "≤ 1.10", lambda x: x <= 1.10),
+        ("(where it goes) client CPU per cycle, Python / Rust", ratio(find("dlock", "Python", "redis"), rust, "cpu"), "–", lambda x: True),
         ("Node cycle / Rust cycle", ratio(find("dlock", "Node", "redis"), rust), "≤ 1.10", lambda x: x <= 1.10),
+        ("(where it goes) client CPU per cycle, Node / Rust", ratio(find("dlock", "Node", "redis"), rust, "cpu"), "–", lambda x: True),
         ("dlock fairness, worst row", fairness, "≤ 1.2", lambda x: x <= 1.2),
     ]
     lines += ["", "## Targets", "", "| target | measured | goal | met |", "| --- | ---: | ---: | --- |"]
@@ -541,8 +558,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         f"Measured by `just bench` on {time.strftime('%Y-%m-%d')} ({machine()}); full table: "
         "[bench/results/latest.md](bench/results/latest.md).",
         "",
-        "| library | language | backend | uncontended p50 (ms) | hand-off p50, 8 workers (ms) | wait p99, 8 workers (ms) | fairness, 8 workers | hot lock, 8 workers (acquisitions/s) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| library | language | backend | uncontended p50 (ms) | client CPU per cycle (µs) | hand-off p50, 8 workers (ms) | wait p99, 8 workers (ms) | fairness, 8 workers | hot lock, 8 workers (acquisitions/s) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for impl in impls:
         if impl.skipped:
@@ -550,7 +567,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         h = impl.handoff.get(8, {})
         summary.append(
             f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | "
-            f"{fmt(impl.uncontended.get('p50', float('nan')))} | {fmt(h.get('p50', float('nan')))} | "
+            f"{fmt(impl.uncontended.get('p50', float('nan')))} | {impl.uncontended.get('cpu', float('nan')):.0f} | "
+            f"{fmt(h.get('p50', float('nan')))} | "
             f"{fmt(h.get('wait p99', float('nan')), 1)} | {fmt(h.get('fairness', float('nan')), 2)} | "
             f"{impl.hot.get(8, {}).get('rate', float('nan')):.0f} |"
         )

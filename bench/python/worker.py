@@ -115,12 +115,13 @@ def main() -> None:
         n = int(sys.argv[5])
         acquire(name)()
         samples = []
-        start = time.monotonic_ns()
+        start, cpu = time.monotonic_ns(), time.process_time_ns()
         for _ in range(n):
             t = time.monotonic_ns()
             acquire(name)()
             samples.append(time.monotonic_ns() - t)
-        print(json.dumps({"samples": samples, "total": time.monotonic_ns() - start}))
+        total, cpu = time.monotonic_ns() - start, time.process_time_ns() - cpu
+        print(json.dumps({"samples": samples, "total": total, "cpu": cpu}))
         return
     out = Path(sys.argv[5])
     seconds, hold_ns, outside = float(sys.argv[6]), int(sys.argv[7]) * 1000, int(sys.argv[8]) / 1e6

@@ -11,7 +11,8 @@
 //!   `{"ping": [ns…], "evalsha": [ns…], "dlock scripts": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
 //!   or `{"mariadb select": [ns…]}`.
 //! - `worker uncontended LIB URL NAME N`: N acquire + release cycles of a lock nobody else
-//!   uses; prints `{"samples": [ns…], "total": ns}`.
+//!   uses; prints `{"samples": [ns…], "total": ns, "cpu": ns}`, `cpu` the CPU time (user and
+//!   system, every thread of the process) the N cycles took.
 //! - `worker contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`: connects, writes
 //!   `OUT.ready` and waits for a file `go` beside OUT; then for SECONDS it acquires (waiting
 //!   as long as it takes), holds HOLD_US, releases and works OUTSIDE_US outside the lock, and
@@ -32,10 +33,19 @@ type Release = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()>>>>;
 /// Acquires lock NAME (waiting as long as it takes) → its release.
 type Acquire = Box<dyn FnMut(&str) -> Pin<Box<dyn Future<Output = Release>>>>;
 
-fn now_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("a clock");
+fn clock_ns(clock: nix::time::ClockId) -> u64 {
+    let ts = nix::time::clock_gettime(clock).expect("a clock");
     u64::try_from(ts.tv_sec()).expect("after boot") * 1_000_000_000
         + u64::try_from(ts.tv_nsec()).expect("in range")
+}
+
+fn now_ns() -> u64 {
+    clock_ns(nix::time::ClockId::CLOCK_MONOTONIC)
+}
+
+/// The CPU time of this process so far: user and system, every thread.
+fn cpu_ns() -> u64 {
+    clock_ns(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 fn print_samples(key: &str, samples: &[u64]) -> String {
@@ -342,15 +352,15 @@ async fn main() {
             (acquire(name).await)().await; // warm up: scripts loaded, connections open
             let n = num(4) as usize;
             let mut samples = Vec::with_capacity(n);
-            let start = now_ns();
+            let (start, cpu) = (now_ns(), cpu_ns());
             for _ in 0..n {
                 let t = now_ns();
                 (acquire(name).await)().await;
                 samples.push(now_ns() - t);
             }
-            let total = now_ns() - start;
+            let (total, cpu) = (now_ns() - start, cpu_ns() - cpu);
             println!(
-                "{{{}, \"total\": {total}}}",
+                "{{{}, \"total\": {total}, \"cpu\": {cpu}}}",
                 print_samples("samples", &samples)
             );
         }

@@ -1,5 +1,6 @@
 package dlock.bench;
 
+import java.lang.management.ManagementFactory;
 import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -215,7 +216,10 @@ public final class Worker {
                 lock.release();
             }
             StringBuilder samples = new StringBuilder();
+            // The process's CPU time, every thread (the JIT's and the collector's included).
+            var os = (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
             long start = System.nanoTime();
+            long cpu = os.getProcessCpuTime();
             for (int i = 0; i < n; i++) {
                 long t = System.nanoTime();
                 lock.acquire();
@@ -223,7 +227,8 @@ public final class Worker {
                 samples.append(i == 0 ? "" : ",").append(System.nanoTime() - t);
             }
             long total = System.nanoTime() - start;
-            System.out.println("{\"samples\": [" + samples + "], \"total\": " + total + "}");
+            cpu = os.getProcessCpuTime() - cpu;
+            System.out.println("{\"samples\": [" + samples + "], \"total\": " + total + ", \"cpu\": " + cpu + "}");
             System.exit(0);
         }
         Path out = Path.of(args[4]);
