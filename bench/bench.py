@@ -21,7 +21,8 @@ Measured:
 - uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
   across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
   and the client's CPU per cycle (its process's CPU time over the N cycles, every thread,
-  user + system, as the worker reads it), the least of the rounds;
+  user + system, as the worker reads it), the least of the rounds. Each process first runs
+  5,000 cycles unmeasured, so that a JIT (V8's, the JVM's) is warm;
 - contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms (spinning on
   the monotonic clock, so that no language's timer stretches it; the measured hold is
   reported), then works W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
@@ -78,6 +79,10 @@ WORKERS = (2, 8, 16)
 CAPACITY_TASKS, CAPACITY_LOCKS = 64, 1000
 ROUNDS = 3
 WARMUP = 1.0
+# Uncontended cycles each worker runs before the measured ones: V8 had not yet optimised
+# ioredis after 2,000 (node-redlock's CPU per cycle fell from 402 µs in its first 1,000
+# cycles to 218, 166, 149, then 107-120 from the 5,000th on); a service runs warm.
+UNCONTENDED_WARMUP = 5000
 # Servers on the first CPU, every client on the others: a round trip then always crosses
 # CPUs, as it crosses machines in production. (Left to the scheduler, a process lands on the
 # server's CPU or not, and its round trips differ threefold on this kind of virtual machine.)
@@ -233,11 +238,12 @@ def run_json(command: List[str], timeout: float) -> dict:
 def uncontended(impl: Impl, url: str, cycles: int) -> None:
     """One round: N cycles in a fresh process. The best round (lowest p50) is kept."""
     name = f"bench-solo-{impl.lib}-{impl.language}".lower()
-    result = run_json(impl.command + ["uncontended", impl.lib, url, name, str(cycles)], timeout=600)
+    command = impl.command + ["uncontended", impl.lib, url, name, str(cycles), str(UNCONTENDED_WARMUP)]
+    result = run_json(command, timeout=600)
     samples = [s / 1e6 for s in result["samples"]]
     measured = {"p50": pct(samples, 0.5), "p99": pct(samples, 0.99), "rate": len(samples) / (result["total"] / 1e9)}
-    # The client's CPU per cycle (every thread of its process, µs): what the library costs
-    # the machine, and on the quiet machine a bench wants far steadier from run to run than a
+    # The client's CPU per cycle (every thread of its process, µs): what the library costs the
+    # machine, and on the quiet machine a bench wants far steadier from run to run than a
     # latency. The least of the rounds.
     cpu = result["cpu"] / 1e3 / len(samples)
     best_cpu = min(cpu, impl.uncontended.get("cpu", cpu))
@@ -407,7 +413,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "One redis-server, one ZooKeeper, one PostgreSQL (`fsync=off`, as the tests run it) and one MariaDB (its "
         "defaults: a commit waits for its log flush) on loopback, started by `just bench` and pinned to the first CPU, "
         "every client process on the other CPUs; every library with its defaults; "
-        f"{cycles} uncontended cycles per library and round, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms (spinning) and working "
+        f"{cycles} uncontended cycles per library and round after {UNCONTENDED_WARMUP:,} unmeasured ones, best of {ROUNDS} rounds; {seconds:g} s per contended row after {WARMUP:g} s of warm-up, each worker holding 1 ms (spinning) and working "
         "W ms outside the lock between cycles.",
         "",
         "## Round trips (the yardstick, from Rust)",
@@ -423,8 +429,8 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "",
         "## Uncontended acquire + release",
         "",
-        "Client CPU: the worker process's CPU time (user + system, every thread) over the cycles, per cycle, the least "
-        "of the rounds.",
+        "Client CPU: the worker process's CPU time (user + system, every thread) over the measured cycles, per "
+        "cycle, the least of the rounds.",
         "",
         "| library | language | backend | p50 (ms) | p99 (ms) | cycles/s | p50 / 2 round trips | p50 / dlock (same language, else Rust; same backend) | client CPU per cycle (µs) | client CPU / dlock's (same language, else Rust; same backend) |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

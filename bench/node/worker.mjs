@@ -1,5 +1,5 @@
 // The Node worker of `just bench` (bench/bench.py runs it), with the command line of the Rust
-// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N`,
+// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N [WARMUP]`,
 // `contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US` and
 // `capacity LIB URL PREFIX SECONDS TASKS LOCKS` (TASKS async loops of one client).
 //
@@ -71,11 +71,12 @@ if (mode === 'capacity') {
   const cycles = counts.reduce((a, b) => a + b, 0)
   console.log(JSON.stringify({ cycles, seconds: Number(now() - start) / 1e9 }))
 } else if (mode === 'uncontended') {
-  const n = Number(process.argv[6])
-  await (await acquire(name))()
+  const [n, warmup = 1] = process.argv.slice(6).map(Number)
+  for (let i = 0; i < warmup; i++) await (await acquire(name))()
   const samples = []
   const start = now()
-  // The process's CPU time, every thread (the addon's runtime included), in µs.
+  // The process's CPU time, every thread (the addon's runtime, V8's compiler and collector
+  // included), in µs.
   const cpu = process.cpuUsage()
   for (let i = 0; i < n; i++) {
     const t = now()
@@ -83,7 +84,9 @@ if (mode === 'capacity') {
     samples.push(Number(now() - t))
   }
   const used = process.cpuUsage(cpu)
-  console.log(JSON.stringify({ samples, total: Number(now() - start), cpu: (used.user + used.system) * 1000 }))
+  const total = Number(now() - start)
+  // Written at once: console.log to a pipe is asynchronous, and process.exit would cut it.
+  writeFileSync(1, JSON.stringify({ samples, total, cpu: (used.user + used.system) * 1000 }) + '\n')
 } else {
   const [out, seconds, holdUs, outsideUs] = process.argv.slice(6)
   writeFileSync(`${out}.ready`, '')

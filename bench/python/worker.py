@@ -1,5 +1,5 @@
 """The Python worker of `just bench` (bench/bench.py runs it), with the command line of the
-Rust worker (bench/src/bin/worker.rs): ``uncontended LIB URL NAME N``, ``contend LIB URL
+Rust worker (bench/src/bin/worker.rs): ``uncontended LIB URL NAME N [WARMUP]``, ``contend LIB URL
 NAME OUT SECONDS HOLD_US OUTSIDE_US`` and ``capacity LIB URL PREFIX SECONDS TASKS LOCKS``
 (TASKS threads of one client).
 
@@ -113,7 +113,8 @@ def main() -> None:
         return
     if mode == "uncontended":
         n = int(sys.argv[5])
-        acquire(name)()
+        for _ in range(int(sys.argv[6]) if len(sys.argv) > 6 else 1):  # warm-up (see worker.rs)
+            acquire(name)()
         samples = []
         start, cpu = time.monotonic_ns(), time.process_time_ns()
         for _ in range(n):

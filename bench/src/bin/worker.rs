@@ -10,9 +10,10 @@
 //!   `exists /` on ZooKeeper, `SELECT 1` on PostgreSQL and MariaDB); prints
 //!   `{"ping": [ns…], "evalsha": [ns…], "dlock scripts": [ns…]}`, `{"exists": [ns…]}`, `{"postgres select": [ns…]}`
 //!   or `{"mariadb select": [ns…]}`.
-//! - `worker uncontended LIB URL NAME N`: N acquire + release cycles of a lock nobody else
-//!   uses; prints `{"samples": [ns…], "total": ns, "cpu": ns}`, `cpu` the CPU time (user and
-//!   system, every thread of the process) the N cycles took.
+//! - `worker uncontended LIB URL NAME N [WARMUP]`: WARMUP cycles (default 1: scripts loaded,
+//!   connections open), then N measured acquire + release cycles of a lock nobody else uses;
+//!   prints `{"samples": [ns…], "total": ns, "cpu": ns}`, `cpu` the CPU time (user and system,
+//!   every thread of the process) the N cycles took.
 //! - `worker contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US`: connects, writes
 //!   `OUT.ready` and waits for a file `go` beside OUT; then for SECONDS it acquires (waiting
 //!   as long as it takes), holds HOLD_US, releases and works OUTSIDE_US outside the lock, and
@@ -349,7 +350,10 @@ async fn main() {
         "rtt" => println!("{}", rtt(arg(1), num(2) as usize).await),
         "uncontended" => {
             let (mut acquire, name) = (library(arg(1), arg(2)).await, arg(3));
-            (acquire(name).await)().await; // warm up: scripts loaded, connections open
+            let warmup = args.get(5).map_or(1, |_| num(5));
+            for _ in 0..warmup {
+                (acquire(name).await)().await;
+            }
             let n = num(4) as usize;
             let mut samples = Vec::with_capacity(n);
             let (start, cpu) = (now_ns(), cpu_ns());

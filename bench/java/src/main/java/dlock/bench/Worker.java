@@ -34,7 +34,7 @@ import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 
 /**
  * The JVM worker of {@code just bench}, with the command line of bench/src/bin/worker.rs:
- * {@code uncontended LIB URL NAME N}, {@code contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US} and
+ * {@code uncontended LIB URL NAME N [WARMUP]}, {@code contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US} and
  * {@code capacity LIB URL PREFIX SECONDS TASKS LOCKS} (TASKS threads of one client).
  * Libraries, each with its defaults: {@code redisson} (RLock with a 10 s lease, woken by
  * pub/sub), {@code curator} (InterProcessMutex on ZooKeeper), and on {@code postgres://} or
@@ -211,7 +211,8 @@ public final class Worker {
         Lock lock = locks.apply(args[3]);
         if (args[0].equals("uncontended")) {
             int n = Integer.parseInt(args[4]);
-            for (int i = 0; i < Math.max(n / 5, 200); i++) { // JIT warm-up
+            int warmup = args.length > 5 ? Integer.parseInt(args[5]) : 1; // see worker.rs
+            for (int i = 0; i < warmup; i++) {
                 lock.acquire();
                 lock.release();
             }
