@@ -5,7 +5,6 @@ import java.net.URI;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
@@ -15,6 +14,7 @@ import java.util.function.Function;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import net.javacrumbs.shedlock.core.ClockProvider;
 import net.javacrumbs.shedlock.core.LockConfiguration;
 import net.javacrumbs.shedlock.core.SimpleLock;
 import net.javacrumbs.shedlock.provider.jdbctemplate.JdbcTemplateLockProvider;
@@ -131,8 +131,12 @@ public final class Worker {
 
                     public void acquire() throws InterruptedException {
                         while (true) {
+                            // ShedLock's own clock, as its executors take it: truncated to the
+                            // millisecond. With Instant.now() (microseconds) a lock released and
+                            // taken again within one millisecond is refused on PostgreSQL, whose
+                            // TIMESTAMP keeps the released lock_until's microseconds.
                             LockConfiguration config = new LockConfiguration(
-                                    Instant.now(), name, Duration.ofSeconds(10), Duration.ZERO);
+                                    ClockProvider.now(), name, Duration.ofSeconds(10), Duration.ZERO);
                             Optional<SimpleLock> got = provider.lock(config);
                             if (got.isPresent()) {
                                 held = got.get();
