@@ -7,7 +7,7 @@
 // (v4 on ioredis: retries every 200 ms ± 200 ms jitter, 10 times per call; the worker calls
 // again until it gets the lock).
 import { createRequire } from 'node:module'
-import { existsSync, writeFileSync } from 'node:fs'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import Redis from 'ioredis'
 import Redlock from 'redlock'
@@ -20,6 +20,16 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const blocked = new Int32Array(new SharedArrayBuffer(4))
 const sleepPrecisely = (ms) => Atomics.wait(blocked, 0, 0, ms)
 const now = () => process.hrtime.bigint()
+// JavaScript's own thread (the event loop, where a service's requests run): its CPU time in
+// ns, from Linux's schedstat (null elsewhere). The addon's I/O and engine run on threads of
+// their own, and node-redlock's on this one.
+const threadCpu = () => {
+  try {
+    return Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').split(' ')[0])
+  } catch {
+    return null
+  }
+}
 
 /** Acquire lock `name` (waiting as long as it takes) -> the release function. */
 async function library(lib, url) {
@@ -78,15 +88,17 @@ if (mode === 'capacity') {
   // The process's CPU time, every thread (the addon's runtime, V8's compiler and collector
   // included), in µs.
   const cpu = process.cpuUsage()
+  const thread = threadCpu()
   for (let i = 0; i < n; i++) {
     const t = now()
     await (await acquire(name))()
     samples.push(Number(now() - t))
   }
   const used = process.cpuUsage(cpu)
+  const threadUsed = thread === null ? null : threadCpu() - thread
   const total = Number(now() - start)
   // Written at once: console.log to a pipe is asynchronous, and process.exit would cut it.
-  writeFileSync(1, JSON.stringify({ samples, total, cpu: (used.user + used.system) * 1000 }) + '\n')
+  writeFileSync(1, JSON.stringify({ samples, total, cpu: (used.user + used.system) * 1000, thread: threadUsed }) + '\n')
 } else {
   const [out, seconds, holdUs, outsideUs] = process.argv.slice(6)
   writeFileSync(`${out}.ready`, '')
