@@ -22,7 +22,9 @@ Measured:
   across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
   and the client's CPU per cycle (its process's CPU time over the N cycles, every thread,
   user + system, as the worker reads it), the least of the rounds. Each process first runs
-  5,000 cycles unmeasured, so that a JIT (V8's, the JVM's) is warm;
+  5,000 cycles unmeasured, so that a JIT (V8's, the JVM's) is warm. For Node, the CPU time
+  of JavaScript's own thread per cycle too (``/proc/self/task/<pid>/schedstat``): what a
+  cycle takes from the event loop that serves the application;
 - contended hand-off between W = 2, 8, 16 processes: each holds the lock 1 ms (spinning on
   the monotonic clock, so that no language's timer stretches it; the measured hold is
   reported), then works W ms outside it (so that, with FIFO hand-off, the lock stays busy while the releaser does
