@@ -199,6 +199,12 @@ simulate seeds="2000":
 bench-many n="100000":
     cargo run --quiet --release -p dlock-bench --bin many -- {{n}}
 
+# Where a dlock cycle's time on the Redis server goes: dlock's functions next to yardstick
+# functions and rslock's commands, pipelined, timed by INFO commandstats (writes
+# bench/results/scripts.md). Needs Redis 7.
+bench-scripts:
+    cargo run --quiet --release -p dlock-bench --bin scripts
+
 # Acquire + release latency on Redlock over 3 and 5 redis-servers next to one Redis.
 bench-redlock:
     cargo run --quiet --release -p dlock-bench --bin redlock
