@@ -853,3 +853,45 @@ async fn a_fenced_update_refuses_a_stale_holder<D: Db>() {
     );
     fresh.release().await.unwrap();
 }
+
+/// On MySQL/MariaDB, statements that overlap reuse the pool's connections. The driver's pool
+/// kept one idle connection and closed every other one as it came back, so a client running
+/// statements at once opened a connection (TCP, login, the switch to the server's socket)
+/// for nearly every overlap; now it opens at most as many as it ever ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_statements_reuse_the_pools_connections_on_mariadb() {
+    const TASKS: usize = 8;
+    let db = MariadbServer::start();
+    let client = connect(&db.url()).await.unwrap();
+    // Connections the server has accepted so far; each reading is one more of its own (the
+    // mariadb command line's).
+    let accepted = || -> usize {
+        db.sql("SHOW GLOBAL STATUS LIKE 'Connections'")
+            .split_whitespace()
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .expect("a count")
+    };
+    let before = accepted();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..50 {
+                    let guard = client.lock(format!("pool-{i}")).acquire().await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let opened = accepted() - before - 1;
+    // At most the pool's 32, each counted twice when the driver moves it from TCP to the
+    // server's socket (`prefer_socket`): not one per statement, as the 800 here were.
+    assert!(
+        opened <= 2 * 32,
+        "{opened} connections opened for {TASKS} tasks' 400 cycles"
+    );
+}
