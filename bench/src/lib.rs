@@ -25,3 +25,32 @@ pub fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
     let n = samples.len();
     (samples[n / 2], samples[n * 99 / 100])
 }
+
+/// One protocol script as a command: `verb` (`FCALL` or `EVALSHA`) of `function` (a library
+/// function's name, or a script's SHA1) with the keys and arguments of `op`.
+pub fn script_call(verb: &str, function: &str, op: dlock_core::redis::RedisOp) -> redis::Cmd {
+    let dlock_core::redis::RedisOp::Eval { keys, args, .. } = op else {
+        unreachable!("a script")
+    };
+    let mut cmd = redis::cmd(verb);
+    cmd.arg(function).arg(keys.len()).arg(&keys).arg(&args);
+    cmd
+}
+
+/// `INFO commandstats` as (command, (calls, µs)): `cmdstat_fcall:calls=2,usec=9,…` is
+/// `("fcall", (2, 9))`.
+pub fn commandstats(info: &str) -> std::collections::BTreeMap<String, (u64, u64)> {
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| -> Option<u64> {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls")?, field("usec")?)))
+        })
+        .collect()
+}

@@ -80,21 +80,11 @@ async fn server_cpu(con: &mut redis::aio::MultiplexedConnection) -> f64 {
 }
 
 async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info = info(con, "commandstats").await;
-    info.lines()
-        .filter(|l| {
-            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|c| l.starts_with(c))
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    let stats = dlock_bench::commandstats(&info(con, "commandstats").await);
+    ["fcall", "evalsha", "eval"]
+        .iter()
+        .filter_map(|c| stats.get(*c))
+        .map(|(calls, _)| calls)
         .sum()
 }
 

@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dlock_bench::{commandstats, script_call};
 use dlock_core::redis::{self as protocol, Fairness, LockKeys, Mode, RedisOp, Script};
 use dlock_testkit::RedisServer;
 
@@ -70,24 +71,12 @@ struct Variant {
 /// What commandstats said about one run: per command, its calls and µs.
 type Stats = BTreeMap<String, (u64, u64)>;
 
-fn commandstats(con: &mut redis::Connection) -> Stats {
+fn stats(con: &mut redis::Connection) -> Stats {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(con)
         .expect("INFO");
-    info.lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |key: &str| -> Option<u64> {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))?
-                    .parse()
-                    .ok()
-            };
-            Some((name.to_owned(), (field("calls")?, field("usec")?)))
-        })
-        .collect()
+    commandstats(&info)
 }
 
 fn run(con: &mut redis::Connection, variant: &Variant) -> Stats {
@@ -110,19 +99,9 @@ fn run(con: &mut redis::Connection, variant: &Variant) -> Stats {
             panic!("{}: {e:?}", variant.label);
         }
     }
-    let mut stats = commandstats(con);
+    let mut stats = stats(con);
     stats.retain(|name, _| name != "config|resetstat");
     stats
-}
-
-/// An `FCALL` or `EVALSHA` of `name` with the keys and arguments of `op`.
-fn call(verb: &str, name: &str, op: RedisOp) -> redis::Cmd {
-    let RedisOp::Eval { keys, args, .. } = op else {
-        unreachable!("a script")
-    };
-    let mut cmd = redis::cmd(verb);
-    cmd.arg(name).arg(keys.len()).arg(&keys).arg(&args);
-    cmd
 }
 
 fn main() {
@@ -191,7 +170,7 @@ fn main() {
         )
     };
     let lock_name = |i: usize| format!("bench-scripts-{}", i % 1000);
-    let fcall = |name: &str, op: RedisOp| call("FCALL", name, op);
+    let fcall = |name: &str, op: RedisOp| script_call("FCALL", name, op);
     let (acquire_fn, release_fn) = (
         library.function(Script::Acquire),
         library.function(Script::Release),
@@ -219,8 +198,8 @@ fn main() {
         move |_| {
             let (take, give) = ops("bench-scripts");
             vec![
-                call("EVALSHA", &acquire_sha, take),
-                call("EVALSHA", &release_sha, give),
+                script_call("EVALSHA", &acquire_sha, take),
+                script_call("EVALSHA", &release_sha, give),
             ]
         }
     };

@@ -235,15 +235,10 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
         .expect("FUNCTION LOAD");
     // Each a ready FCALL command: what is timed is the server and the wire.
     let fcall = |op: RedisOp| {
-        let RedisOp::Eval { script, keys, args } = op else {
+        let RedisOp::Eval { script, .. } = &op else {
             unreachable!("a script")
         };
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(library.function(script))
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args);
-        cmd
+        dlock_bench::script_call("FCALL", &library.function(*script), op)
     };
     let take = fcall(protocol::acquire(
         keys.clone(),

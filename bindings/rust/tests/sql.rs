@@ -857,7 +857,7 @@ async fn a_fenced_update_refuses_a_stale_holder<D: Db>() {
 /// On MySQL/MariaDB, statements that overlap reuse the pool's connections. The driver's pool
 /// kept one idle connection and closed every other one as it came back, so a client running
 /// statements at once opened a connection (TCP, login, the switch to the server's socket)
-/// for nearly every overlap; now it opens at most as many as it ever ran at once.
+/// for nearly every overlap; now it opens no more than the pool holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_statements_reuse_the_pools_connections_on_mariadb() {
     const TASKS: usize = 8;

@@ -110,9 +110,7 @@ impl MyUrl {
                     // this long. With the driver's default of none, the pool kept one and
                     // closed every other connection as it came back: statements that
                     // overlapped opened a connection each (TCP, login, the switch to the
-                    // server's socket), which cost Node's uncontended cycle on MariaDB twice
-                    // the Rust worker's CPU and a client of 8 busy tasks a connection per
-                    // statement.
+                    // server's socket): a client of 8 busy tasks, a connection per statement.
                     .with_inactive_connection_ttl(IDLE_CONNECTION_TTL)
                     // The statements leave no session state to reset (§18), and a reset on
                     // every return to the pool costs a round trip and the prepared statements:
