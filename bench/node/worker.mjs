@@ -1,5 +1,5 @@
 // The Node worker of `just bench` (bench/bench.py runs it), with the command line of the Rust
-// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N [WARMUP]`,
+// worker (bench/src/bin/worker.rs): `uncontended LIB URL NAME N [WARMUP] [GAP_US]`,
 // `contend LIB URL NAME OUT SECONDS HOLD_US OUTSIDE_US` and
 // `capacity LIB URL PREFIX SECONDS TASKS LOCKS` (TASKS async loops of one client).
 //
@@ -81,7 +81,10 @@ if (mode === 'capacity') {
   const cycles = counts.reduce((a, b) => a + b, 0)
   console.log(JSON.stringify({ cycles, seconds: Number(now() - start) / 1e9 }))
 } else if (mode === 'uncontended') {
-  const [n, warmup = 1] = process.argv.slice(6).map(Number)
+  // GAP_US (default 0): JavaScript's thread sleeps that long before each measured cycle
+  // (Atomics.wait: no CPU, no event loop turn), outside the cycle's sample. With a gap every
+  // thread wakes from idle on each cycle, as on a backend slower than Redis (bench/README).
+  const [n, warmup = 1, gapUs = 0] = process.argv.slice(6).map(Number)
   for (let i = 0; i < warmup; i++) await (await acquire(name))()
   const samples = []
   const start = now()
@@ -90,6 +93,7 @@ if (mode === 'capacity') {
   const cpu = process.cpuUsage()
   const thread = threadCpu()
   for (let i = 0; i < n; i++) {
+    if (gapUs > 0) sleepPrecisely(gapUs / 1000)
     const t = now()
     await (await acquire(name))()
     samples.push(Number(now() - t))
