@@ -34,7 +34,9 @@ Measured:
   it; fairness is max/min acquisitions per worker. Cycles of the first second (warm-up) do
   not count;
 - a hot lock: the same W processes take one lock over and over, holding it 0 ms and working
-  0 ms outside it: acquisitions per second, hand-off p50 and p99, fairness;
+  0 ms outside it: acquisitions per second, hand-off p50 and p99, fairness, and how busy the
+  clients' CPUs were (``/proc/stat``) over the measured seconds: their CPU time per
+  acquisition, every worker's together (kernel and network stack included);
 - server capacity (Redis): 64 tasks of one client process (threads in Python and Java) take
   1,000 distinct locks, each task its own share so that nobody waits, for S seconds; the
   server's CPU (``INFO cpu``, user + system) per cycle and the commands it ran
@@ -96,6 +98,20 @@ BACKENDS = {"redis": "Redis", "zk": "ZooKeeper", "postgres": "PostgreSQL", "mari
 YARDSTICK = {"redis": "evalsha", "zk": "exists", "postgres": "postgres select", "mariadb": "mariadb select"}
 
 
+def busy_ticks(cpus: set) -> Tuple[int, int]:
+    """The busy and total clock ticks of ``cpus`` so far (``/proc/stat``; idle and iowait
+    are not busy)."""
+    busy = total = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *ticks = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                values = [int(t) for t in ticks]
+                busy += sum(values) - values[3] - values[4]
+                total += sum(values)
+    return busy, total
+
+
 def on_servers() -> None:
     os.sched_setaffinity(0, SERVER_CPUS)
 
@@ -117,6 +133,8 @@ class Impl:
     handoff: Dict[int, Dict[str, float]] = field(default_factory=dict)
     distributions: Dict[int, List[float]] = field(default_factory=dict)
     hot: Dict[int, Dict[str, float]] = field(default_factory=dict)
+    # Hot lock: the clients' CPUs, busy fraction and µs per acquisition, by W.
+    hot_cpu: Dict[int, Dict[str, float]] = field(default_factory=dict)
     capacity: Dict[str, object] = field(default_factory=dict)
 
 
@@ -304,6 +322,13 @@ def contend(impl: Impl, url: str, workers: int, seconds: float, hot: bool = Fals
             time.sleep(0.02)
         go = time.monotonic_ns()
         (directory / "go").write_text("")
+        # The clients' CPUs over the measured seconds (hot lock): every worker at once, so the
+        # CPU time one acquisition takes from the clients, whichever process spends it.
+        if hot:
+            time.sleep(max(0.0, go / 1e9 + WARMUP - time.monotonic()))
+            before = busy_ticks(CLIENT_CPUS)
+            time.sleep(max(0.0, go / 1e9 + WARMUP + seconds - time.monotonic()))
+            after = busy_ticks(CLIENT_CPUS)
         for p in procs:
             p.wait(timeout=seconds + 120)
             if p.returncode != 0:
@@ -323,6 +348,12 @@ def contend(impl: Impl, url: str, workers: int, seconds: float, hot: bool = Fals
     latencies, counts = handoffs(timelines)  # type: ignore[arg-type]
     waits = [(acq - req) / 1e6 for timeline in timelines for req, acq, _ in timeline]
     holds = [(rel - acq) / 1e6 for timeline in timelines for _, acq, rel in timeline]
+    if hot:
+        busy, total = after[0] - before[0], after[1] - before[1]
+        impl.hot_cpu[workers] = {
+            "busy": busy / max(total, 1),
+            "per acquisition": busy / os.sysconf("SC_CLK_TCK") / max(sum(counts), 1) * 1e6,
+        }
     (impl.hot if hot else impl.handoff)[workers] = {
         "acquisitions": sum(counts),
         "rate": sum(counts) / seconds,
@@ -496,21 +527,26 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         "",
         "## A hot lock",
         "",
-        "W processes take one lock over and over, holding it 0 ms and working 0 ms outside it.",
+        "W processes take one lock over and over, holding it 0 ms and working 0 ms outside it. Client CPUs: "
+        f"how busy the {len(CLIENT_CPUS)} CPU(s) the workers run on were over the measured seconds "
+        "(`/proc/stat`; 1.00 = saturated, then the clients are the limit), and that CPU time per acquisition, "
+        "all workers' and the kernel's for them together.",
         "",
-        "| library | language | backend | workers | acquisitions/s | / dlock Rust | hand-off p50 (ms) | p99 (ms) | wait p99 (ms) | fairness max/min |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| library | language | backend | workers | acquisitions/s | / dlock Rust | hand-off p50 (ms) | p99 (ms) | wait p99 (ms) | fairness max/min | client CPUs busy | client CPU per acquisition (µs) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for workers in WORKERS:
         for impl in impls:
             h = impl.hot.get(workers)
             if impl.skipped or not h:
                 continue
+            cpu = impl.hot_cpu.get(workers, {})
             base = find("dlock", "Rust", impl.backend)
             base_rate = base.hot[workers]["rate"] if base and workers in base.hot else float("nan")
             lines.append(
                 f"| {impl.label} | {impl.language} | {BACKENDS[impl.backend]} | {workers} | {h['rate']:.0f} | "
-                f"{fmt(h['rate'] / base_rate, 2)} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} |"
+                f"{fmt(h['rate'] / base_rate, 2)} | {fmt(h['p50'])} | {fmt(h['p99'])} | {fmt(h['wait p99'], 1)} | {fmt(h['fairness'], 2)} | "
+                f"{fmt(cpu.get('busy', float('nan')), 2)} | {fmt(cpu.get('per acquisition', float('nan')), 0)} |"
             )
     capacity = [i for i in impls if i.capacity and not i.skipped]
     if capacity:
@@ -550,7 +586,13 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
     if not rust:  # the targets are Redis's
         return "\n".join(lines) + "\n", ""
     fairness = max((i.handoff[w]["fairness"] for i in impls if i.dlock for w in i.handoff), default=float("nan"))
-    peer_hot = max((i.hot[8]["rate"] for i in impls if not i.dlock and i.backend == "redis" and 8 in i.hot), default=float("nan"))
+    hot_peers = [i for i in impls if not i.dlock and i.backend == "redis" and 8 in i.hot]
+    best_hot = max(hot_peers, key=lambda i: i.hot[8]["rate"], default=None)
+    peer_hot = best_hot.hot[8]["rate"] if best_hot else float("nan")
+
+    def hot_cpu(impl: Optional[Impl]) -> float:
+        return impl.hot_cpu.get(8, {}).get("per acquisition", float("nan")) if impl else float("nan")
+
     hot_fairness = max((i.hot[w]["fairness"] for i in impls if i.dlock and i.backend == "redis" for w in i.hot), default=float("nan"))
     dlock_capacity = max((i.capacity["cpu per cycle"] for i in impls if i.dlock and i.capacity), default=float("nan"))
     peer_capacity = min((i.capacity["cpu per cycle"] for i in impls if not i.dlock and i.capacity), default=float("nan"))
@@ -565,6 +607,7 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         ("(where it goes) client CPU per cycle, dlock Node / node-redlock", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis"), "cpu"), "–", lambda x: True),
         ("(where it goes) JavaScript's thread CPU per cycle, dlock Node / node-redlock", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis"), "thread"), "–", lambda x: True),
         ("hot lock, 8 processes: dlock Rust acquisitions/s / best peer's", rust.hot.get(8, {}).get("rate", float("nan")) / peer_hot, "≥ 2", lambda x: x >= 2),
+        ("(where it goes) hot lock, 8 processes: client CPU per acquisition, dlock Rust / best peer's", hot_cpu(rust) / hot_cpu(best_hot), "–", lambda x: True),
         ("hot lock: dlock fairness, worst row (Redis)", hot_fairness, "≤ 1.05", lambda x: x <= 1.05),
         ("server capacity: dlock cycles per core / cheapest peer's", peer_capacity / dlock_capacity, "≥ 0.7", lambda x: x >= 0.7),
         ("hand-off p50 / EVALSHA round trip (Rust, 8 workers)", rust.handoff[8]["p50"] / evalsha if rust and 8 in rust.handoff else float("nan"), "≤ 1", lambda x: x <= 1),
