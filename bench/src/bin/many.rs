@@ -1,9 +1,10 @@
 //! `just bench-many [N]`: one client holding N locks (default 100,000) on its own redis-server.
 //! Reports, side by side in one run:
 //!
-//! - renewal traffic: scripts the server ran per renewal period while the client held the N
-//!   locks and did nothing else (`INFO commandstats`), three periods after the last was
-//!   taken, and locks per renewal request;
+//! - renewal traffic while the client held the N locks and did nothing else, from three
+//!   periods after the last was taken: locks per renewal request (holds renewed, by the
+//!   client's stats, over the scripts the server ran, by `INFO commandstats`) and the
+//!   requests one round over all N takes;
 //! - client memory per held lock: heap bytes (counted by this binary's allocator) held once
 //!   the N locks are acquired and a round of their renewals has settled (none in flight),
 //!   less before, over N — the engine's state, the driver's and the guards';
@@ -88,6 +89,31 @@ async fn scripts_run(con: &mut redis::aio::MultiplexedConnection) -> u64 {
         .sum()
 }
 
+/// Waits for a moment with no script running: none for 50 ms (after a burst of them first,
+/// with `after_burst`). The scripts run by then.
+async fn quiet(con: &mut redis::aio::MultiplexedConnection, after_burst: bool) -> u64 {
+    let mut last = scripts_run(con).await;
+    let mut quiet_since = Instant::now();
+    let mut burst_seen = !after_burst;
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = scripts_run(con).await;
+        if now != last {
+            burst_seen = true;
+            quiet_since = Instant::now();
+            last = now;
+        } else if burst_seen && quiet_since.elapsed() > Duration::from_millis(50) {
+            return last;
+        }
+    }
+}
+
+/// Holds the client's watchdog has renewed so far, over every lock.
+async fn renewals(client: &dlock::Client) -> u64 {
+    let stats = client.stats().await.expect("stats");
+    stats.locks.iter().map(|l| l.renewals).sum()
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -135,30 +161,25 @@ async fn main() {
 
     // Renewal traffic of the N locks alone, once their renewals have gathered (locks taken
     // over several periods renew in several bursts at first, which then merge: a renewal
-    // takes the holds due soon with it): from just after a round of renewals, over the next
-    // three rounds (a window of 3.5 periods holds exactly three).
-    let rounds = 3;
+    // takes the holds due soon with it). A round of renewals is not one burst: holds
+    // confirmed late in a burst (the server works through it for a good part of a period)
+    // come due after the next burst's horizon and follow it as a small one, so a window of
+    // time counts a round's stragglers or not depending on where it falls. Counted instead
+    // between two moments with no renewal in flight, at least `rounds` periods apart: the
+    // holds renewed (the client's count, one per hold per renewal sent) over the requests
+    // the server ran — the requests one round over all N costs, whatever the window.
+    let rounds = 6;
     let period = LEASE / 3;
     tokio::time::sleep(period * 3).await;
-    let mut last = scripts_run(&mut con).await;
-    let mut quiet_since = Instant::now();
-    let mut burst_seen = false;
-    loop {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let now = scripts_run(&mut con).await;
-        if now != last {
-            burst_seen = true;
-            quiet_since = Instant::now();
-            last = now;
-        } else if burst_seen && quiet_since.elapsed() > Duration::from_millis(50) {
-            break;
-        }
-    }
+    let start = quiet(&mut con, true).await;
     // Between two rounds, no renewal in flight: what holding the N locks costs.
     let per_lock = (IN_USE.load(Ordering::Relaxed).saturating_sub(before)) / n;
-    tokio::time::sleep(period * rounds + period / 2).await;
-    let renewals = scripts_run(&mut con).await - last;
-    let per_period = renewals as f64 / f64::from(rounds);
+    let renewed = renewals(&client).await;
+    tokio::time::sleep(period * rounds).await;
+    let requests = quiet(&mut con, false).await - start;
+    let renewed = renewals(&client).await - renewed;
+    let locks_per = renewed as f64 / requests as f64;
+    let per_round = n as f64 / locks_per;
     assert!(guards.iter().all(|g| !g.is_lost()), "a lock was lost");
 
     let (mut holding, mut beside) = (Vec::new(), Vec::new());
@@ -179,7 +200,7 @@ async fn main() {
          One redis-server, lease {lease} s (renewed every {period_ms} ms), measured by `just bench-many {n}`.\n\n\
          | measure | value |\n| --- | ---: |\n\
          | acquiring the {n} locks (500 at a time) | {acq:.2} s |\n\
-         | renewal requests per renewal period | {per_period:.1} |\n\
+         | renewal requests per round (each of the {n} renewed once) | {per_round:.1} |\n\
          | locks per renewal request | {locks_per:.1} |\n\
          | client heap per held lock | {per_lock} bytes |\n\
          | acquire + release p50 / p99, before the {n} were taken | {idle_p50:.3} / {idle_p99:.3} ms |\n\
@@ -200,7 +221,6 @@ async fn main() {
         lease = LEASE.as_secs(),
         period_ms = period.as_millis(),
         acq = acquired_in.as_secs_f64(),
-        locks_per = n as f64 / per_period,
         p50_ratio = held_p50 / other_p50,
         held_ratio = held_p50 / idle_p50,
         clients = FLEET_PROCESSES * FLEET_CLIENTS,
