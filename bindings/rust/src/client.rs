@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use crate::Error;
-use crate::driver::{Call, Driver, Granted, HoldSignal, Waiter};
+use crate::driver::{Call, Driver, Granted, HoldSignal, Inbox, Mail, Waiter};
 use crate::machine::MachineFactory;
 use crate::transport::{Backend, Transport};
 
@@ -31,7 +31,8 @@ pub struct Client {
 
 #[derive(Debug)]
 struct Inner {
-    calls: mpsc::UnboundedSender<Call>,
+    /// The driver's channel; dropping the last handle sends it [`Mail::Closed`].
+    mail: mpsc::UnboundedSender<Mail>,
     transport: Transport,
     protocol: Protocol,
     ids: Arc<AtomicU64>,
@@ -44,6 +45,14 @@ struct Inner {
     /// companion (the same URL with `compat=redisson`, the same options but lock-delay), for
     /// the locks that ask for Redisson's layout, and the companion once connected.
     redisson: Option<(ClientBuilder, tokio::sync::OnceCell<Client>)>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The transport holds a sender of the driver's channel too: it never closes while
+        // the driver runs, so the driver hears of the last handle from here.
+        let _ = self.mail.send(Mail::Closed);
+    }
 }
 
 /// Options for [`Client`]; start with [`Client::builder`].
@@ -151,8 +160,8 @@ impl ClientBuilder {
             // do not: on a cluster each renewal carries one lock (they still go out at once).
             config.max_batch = 1;
         }
-        let (inputs_tx, inputs_rx) = mpsc::unbounded_channel();
-        let (transport, protocol) = Transport::connect(&backend, inputs_tx).await?;
+        let (mail, mail_rx) = mpsc::unbounded_channel();
+        let (transport, protocol) = Transport::connect(&backend, Inbox(mail.clone())).await?;
         if backend.probes_acl()
             && let Err(e) = probe_acl(&transport, config.request_timeout).await
         {
@@ -169,16 +178,8 @@ impl ClientBuilder {
                 return Err(e);
             }
         };
-        let (calls, calls_rx) = mpsc::unbounded_channel();
         let ids = Arc::new(AtomicU64::new(1));
-        let driver = Driver::new(
-            engine,
-            transport.clone(),
-            base,
-            calls_rx,
-            inputs_rx,
-            ids.clone(),
-        );
+        let driver = Driver::new(engine, transport.clone(), base, mail_rx, ids.clone());
         tokio::spawn(
             driver.run().instrument(
                 tracing::debug_span!("dlock", client = %format!("{:032x}", client_id.0)),
@@ -186,7 +187,7 @@ impl ClientBuilder {
         );
         Ok(Client {
             inner: Arc::new(Inner {
-                calls,
+                mail,
                 transport,
                 protocol,
                 ids,
@@ -326,10 +327,7 @@ impl Client {
 
     async fn engine_stats(&self) -> Result<Stats, Error> {
         let (tx, rx) = oneshot::channel();
-        self.inner
-            .calls
-            .send(Call::Stats(tx))
-            .map_err(|_| Error::Closed)?;
+        self.call(Call::Stats(tx))?;
         rx.await.map_err(|_| Error::Closed)?
     }
 
@@ -433,8 +431,14 @@ impl Client {
     }
 
     pub(crate) fn send(&self, command: Command, waiter: Option<Waiter>) -> Result<(), Error> {
-        let call = Call::Command { command, waiter };
-        self.inner.calls.send(call).map_err(|_| Error::Closed)
+        self.call(Call::Command { command, waiter })
+    }
+
+    fn call(&self, call: Call) -> Result<(), Error> {
+        self.inner
+            .mail
+            .send(Mail::Call(call))
+            .map_err(|_| Error::Closed)
     }
 
     /// How long an acquire called now may wait, as the engine counts it (`None`: as long as it

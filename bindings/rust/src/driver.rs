@@ -1,5 +1,5 @@
 //! The tokio driver: one task per client runs the engine. Feed inputs, drain outputs, sleep
-//! until the next deadline or the next call, reply or notice.
+//! until the next deadline, reply or mail (a call or a notice: one channel).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -99,6 +99,34 @@ pub(crate) enum Call {
     Stats(oneshot::Sender<Result<Stats, Error>>),
 }
 
+/// What reaches the driver by its one channel, in the order sent: callers' calls, the
+/// transport's notices, and the end of the client's handles. One channel is one queue to
+/// wait on: each turn of the driver's loop polls it once, not a channel per sender.
+#[derive(Debug)]
+pub(crate) enum Mail {
+    Call(Call),
+    /// From the transport: a pub/sub message, a watch, a connection change.
+    Notice(Notice),
+    /// The client's last handle (so its last guard too) is gone, after every call it made:
+    /// the driver finishes what is under way (background releases), then stops.
+    Closed,
+}
+
+/// Where a transport sends its notices: the driver's channel.
+#[derive(Clone, Debug)]
+pub(crate) struct Inbox(pub(crate) mpsc::UnboundedSender<Mail>);
+
+impl Inbox {
+    /// Passes `notice` to the driver; false once the driver has stopped.
+    pub(crate) fn send(&self, notice: Notice) -> bool {
+        self.0.send(Mail::Notice(notice)).is_ok()
+    }
+
+    pub(crate) fn same_channel(&self, other: &Inbox) -> bool {
+        self.0.same_channel(&other.0)
+    }
+}
+
 /// One request on its way, with the id its reply goes back under.
 struct InFlight {
     id: RequestId,
@@ -172,9 +200,7 @@ pub(crate) struct Driver {
     deadline: Option<Instant>,
     /// Outputs of the engine's steps not yet acted on.
     outputs: VecDeque<Output>,
-    calls: mpsc::UnboundedReceiver<Call>,
-    /// Notices from the transport.
-    inputs: mpsc::UnboundedReceiver<Input>,
+    mail: mpsc::UnboundedReceiver<Mail>,
     ids: Arc<AtomicU64>,
     waiting: BTreeMap<OpId, Waiter>,
     /// Hashed, not ordered: a hold's entry costs half a B-tree's (the driver never walks
@@ -187,8 +213,7 @@ impl Driver {
         engine: Box<dyn Machine>,
         transport: Transport,
         base: tokio::time::Instant,
-        calls: mpsc::UnboundedReceiver<Call>,
-        inputs: mpsc::UnboundedReceiver<Input>,
+        mail: mpsc::UnboundedReceiver<Mail>,
         ids: Arc<AtomicU64>,
     ) -> Self {
         let mut engine = engine;
@@ -205,8 +230,7 @@ impl Driver {
             armed: None,
             deadline: None,
             outputs: VecDeque::new(),
-            calls,
-            inputs,
+            mail,
             ids,
             waiting: BTreeMap::new(),
             holds: HashMap::new(),
@@ -228,10 +252,12 @@ impl Driver {
         let mut open = true;
         // The engine's first outputs (its subscription, say) and timers.
         self.step(None);
-        // Once every handle is gone, finish what is under way (background releases), then stop.
-        while (open || !self.waiting.is_empty()) && self.broken.is_none() {
+        loop {
+            // Acting on the outputs answers waiters: whether any is left is known only after.
             self.dispatch();
-            if self.broken.is_some() {
+            // Once every handle is gone, finish what is under way (background releases), then
+            // stop.
+            if self.broken.is_some() || (!open && self.waiting.is_empty()) {
                 break;
             }
             let deadline = self
@@ -244,21 +270,22 @@ impl Driver {
                 self.armed = Some(at);
             }
             // In a fixed order, the work under way before new work: due timers (renewals,
-            // expiries), replies, the transport's notices, then callers' commands. Each is
-            // finite (a step takes every timer due), so none starves the next; and a fixed
-            // order spares a random draw and the bookkeeping of a rotating start on each of
-            // the several turns a lock cycle takes.
+            // expiries), replies, then mail. Each is finite (a step takes every timer due),
+            // so none starves the next; and a fixed order spares a random draw and the
+            // bookkeeping of a rotating start on each of the several turns a lock cycle takes.
             tokio::select! {
                 biased;
                 () = self.timer.as_mut(), if deadline.is_some() => self.step(None),
                 Some((id, reply)) = self.requests.next(), if !self.requests.is_empty() => {
                     self.step(Some(Input::Reply { id, reply }));
                 }
-                Some(input) = self.inputs.recv() => self.step(Some(input)),
-                call = self.calls.recv(), if open => match call {
-                    Some(call) => self.call(call),
-                    None => open = false,
+                Some(mail) = self.mail.recv() => match mail {
+                    Mail::Call(call) => self.call(call),
+                    Mail::Notice(notice) => self.step(Some(Input::Notice(notice))),
+                    Mail::Closed => open = false,
                 },
+                // No timer, no request and no sender left: nothing can happen any more.
+                else => break,
             }
         }
         match self.broken.take() {

@@ -462,6 +462,41 @@ async fn dropping_a_waiting_acquire_leaves_the_queue_and_dropping_a_guard_releas
     assert!(free, "dropping the guard released the lock");
 }
 
+/// A guard keeps its client's engine running after the last `Client` handle is dropped: it
+/// still extends, and dropping it releases in the background. Then the engine stops and
+/// closes its connections (it once waited on, its last waiter answered, and kept them).
+#[tokio::test]
+async fn the_engine_stops_once_the_last_handle_and_guard_are_gone() {
+    let server = RedisServer::start();
+    let mut con = raw(&server).await;
+    let connections = async |con: &mut redis::aio::MultiplexedConnection| {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(con)
+            .await
+            .unwrap();
+        list.lines().count()
+    };
+    let before = connections(&mut con).await;
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client.lock("last").acquire().await.unwrap();
+    drop(client);
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+    drop(guard);
+    let key = LockKeys::new("last").lock;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let held: bool = con.exists(&key).await.unwrap();
+            if !held && connections(&mut con).await == before {
+                break;
+            }
+            tokio::time::sleep(5 * MS).await;
+        }
+    })
+    .await
+    .expect("the lock released and the client's connections closed");
+}
+
 #[tokio::test]
 async fn max_hold_bounds_the_watchdog() {
     let server = RedisServer::start();

@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use dlock_core::redis::reference::Store;
 use dlock_core::redis::{RedisOp, Value};
-use dlock_core::{Input, Notice, Response, TransportError};
-use tokio::sync::mpsc::UnboundedSender;
+use dlock_core::{Notice, Response, TransportError};
 
 use super::Pending;
+use crate::driver::Inbox;
 
 /// Server time starts at a plausible wall-clock value and advances with a monotonic clock.
 const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -18,7 +18,7 @@ const EPOCH_MS: u64 = 1_700_000_000_000;
 #[derive(Debug)]
 struct Server {
     store: Mutex<Store>,
-    subscribers: Mutex<BTreeMap<String, UnboundedSender<Input>>>,
+    subscribers: Mutex<BTreeMap<String, Inbox>>,
     started: Instant,
 }
 
@@ -49,11 +49,11 @@ fn server(name: &str) -> Arc<Server> {
 #[derive(Debug, Clone)]
 pub(crate) struct MemoryTransport {
     server: Arc<Server>,
-    inbox: UnboundedSender<Input>,
+    inbox: Inbox,
 }
 
 impl MemoryTransport {
-    pub(crate) fn connect(name: &str, inbox: UnboundedSender<Input>) -> Self {
+    pub(crate) fn connect(name: &str, inbox: Inbox) -> Self {
         Self {
             server: server(name),
             inbox,
@@ -84,8 +84,7 @@ impl MemoryTransport {
                             .unwrap_or_else(|e| e.into_inner());
                         for (channel, payload) in outcome.published {
                             if let Some(to) = subscribers.get(&channel) {
-                                let _ =
-                                    to.send(Input::Notice(Notice::Message { channel, payload }));
+                                to.send(Notice::Message { channel, payload });
                             }
                         }
                         Ok(outcome.reply)

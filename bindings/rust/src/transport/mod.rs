@@ -12,10 +12,10 @@ use std::future::Future;
 use std::pin::Pin;
 
 use dlock_core::ZkSettings;
-use dlock_core::{Input, Op, Protocol, Reply, TransportError};
-use tokio::sync::mpsc::UnboundedSender;
+use dlock_core::{Op, Protocol, Reply, TransportError};
 
 use crate::Error;
+use crate::driver::Inbox;
 pub(crate) use mysql::MyUrl;
 pub(crate) use postgres::PgUrl;
 pub(crate) use zk::ZkUrl;
@@ -292,7 +292,7 @@ impl Transport {
     /// Returns the protocol the engine must speak over it.
     pub(crate) async fn connect(
         backend: &Backend,
-        inbox: UnboundedSender<Input>,
+        inbox: Inbox,
     ) -> Result<(Transport, Protocol), Error> {
         ssl::default_provider();
         Ok(match backend {

@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock_core::sql::{Param, ParamType, SqlOp, SqlSettings, SqlValue, Statement};
-use dlock_core::{Input, Notice, Reply, Response, TransportError};
+use dlock_core::{Notice, Reply, Response, TransportError};
 use futures_util::{Stream, StreamExt};
-use tokio::sync::mpsc::UnboundedSender;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
@@ -28,6 +27,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::Pending;
 use super::ssl::{self, SslQuery};
+use crate::driver::Inbox;
 use crate::{Error, redact};
 
 /// A `postgres://` or `postgresql://` URL: the driver's settings, the table prefix and TLS.
@@ -184,7 +184,7 @@ impl PgTransport {
     /// Connects both connections, creates the schema if it is missing, and returns once both
     /// are up; after that, each is reconnected in the background whenever it breaks (the
     /// `LISTEN` one then reports [`Notice::Connected`], so the engine listens again).
-    pub(crate) async fn connect(url: &PgUrl, inbox: UnboundedSender<Input>) -> Result<Self, Error> {
+    pub(crate) async fn connect(url: &PgUrl, inbox: Inbox) -> Result<Self, Error> {
         let fail = |e: tokio_postgres::Error| {
             Error::Connect(redact(&format!("{}: {}", url.shown(), error_text(&e))))
         };
@@ -280,13 +280,13 @@ async fn supervise(
     connector: Connector,
     link: Arc<Link>,
     mut running: tokio::task::JoinHandle<()>,
-    inbox: Option<UnboundedSender<Input>>,
+    inbox: Option<Inbox>,
 ) {
     loop {
         let _ = (&mut running).await;
         link.set(None);
         if let Some(inbox) = &inbox {
-            let _ = inbox.send(Input::Notice(Notice::Disconnected));
+            inbox.send(Notice::Disconnected);
         }
         let mut backoff = Duration::from_millis(50);
         let (client, messages) = loop {
@@ -302,21 +302,21 @@ async fn supervise(
         link.set(Some(Arc::new(client)));
         running = tokio::spawn(forward(messages, inbox.clone()));
         if let Some(inbox) = &inbox {
-            let _ = inbox.send(Input::Notice(Notice::Connected));
+            inbox.send(Notice::Connected);
         }
     }
 }
 
 /// Drives a connection until it ends, passing its notifications to the engine (a `LISTEN`
 /// connection's `inbox`).
-async fn forward(mut messages: Messages, inbox: Option<UnboundedSender<Input>>) {
+async fn forward(mut messages: Messages, inbox: Option<Inbox>) {
     while let Some(Ok(message)) = messages.next().await {
         if let (AsyncMessage::Notification(n), Some(inbox)) = (message, &inbox) {
             let notice = Notice::Message {
                 channel: n.channel().to_owned(),
                 payload: n.payload().as_bytes().to_vec(),
             };
-            if inbox.send(Input::Notice(notice)).is_err() {
+            if !inbox.send(notice) {
                 return;
             }
         }

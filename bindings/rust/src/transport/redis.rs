@@ -26,7 +26,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock_core::redis::{Library, RedisOp, Script, Value};
-use dlock_core::{Input, Notice, Reply, Response, TransportError};
+use dlock_core::{Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -34,6 +34,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Pending;
+use crate::driver::Inbox;
 use crate::{Error, redact};
 
 type Subscription = (String, oneshot::Sender<Reply>);
@@ -85,10 +86,7 @@ fn invalid_url(e: redis::RedisError) -> Error {
 }
 
 impl RedisTransport {
-    pub(crate) async fn connect(
-        url: &str,
-        inbox: mpsc::UnboundedSender<Input>,
-    ) -> Result<Self, Error> {
+    pub(crate) async fn connect(url: &str, inbox: Inbox) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(invalid_url)?;
         let fail = |e: String| Error::Connect(redact(&format!("{url}: {e}")));
         let con = manager(&client).await.map_err(fail)?;
@@ -101,7 +99,7 @@ impl RedisTransport {
     /// wake-ups come by sharded pub/sub.
     pub(crate) async fn connect_cluster(
         nodes: &[String],
-        inbox: mpsc::UnboundedSender<Input>,
+        inbox: Inbox,
         sharded: bool,
     ) -> Result<Self, Error> {
         let fail =
@@ -118,7 +116,7 @@ impl RedisTransport {
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(move |push: redis::PushInfo| {
                     if let Some(notice) = sharded_message(push) {
-                        let _ = inbox.send(Input::Notice(notice));
+                        inbox.send(notice);
                     }
                     Ok::<(), ()>(())
                 })
@@ -144,7 +142,7 @@ impl RedisTransport {
     async fn start(
         con: Connection,
         pubsub_nodes: Vec<redis::Client>,
-        inbox: mpsc::UnboundedSender<Input>,
+        inbox: Inbox,
     ) -> Result<Self, String> {
         let mut first = None;
         let mut error = String::from("no node");
@@ -553,9 +551,9 @@ async fn pubsub_loop(
     nodes: Vec<redis::Client>,
     first: (usize, redis::aio::PubSub),
     mut requests: mpsc::UnboundedReceiver<Subscription>,
-    inbox: mpsc::UnboundedSender<Input>,
+    inbox: Inbox,
 ) {
-    let notice = |n: Notice| inbox.send(Input::Notice(n)).is_ok();
+    let notice = |n: Notice| inbox.send(n);
     let mut backoff = Duration::from_millis(50);
     let (mut node, first) = first;
     let mut first = Some(first);

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use dlock_core::zk::ZkOp;
 use dlock_core::zk::ZkReply;
-use dlock_core::{Input, Notice, Response, TransportError};
-use tokio::sync::mpsc;
+use dlock_core::{Notice, Response, TransportError};
 use zookeeper_client as zk;
 
 use super::Pending;
 use crate::Error;
+use crate::driver::Inbox;
 
 /// What a `zk://` URL says. Its `Debug` shows no credentials.
 #[derive(Clone, PartialEq, Eq)]
@@ -122,7 +122,7 @@ impl ZkUrl {
 pub(crate) struct ZkTransport {
     client: Arc<Mutex<zk::Client>>,
     acl: &'static [zk::Acl],
-    inbox: mpsc::UnboundedSender<Input>,
+    inbox: Inbox,
     supervisor: Arc<tokio::task::AbortHandle>,
     /// The tasks waiting for a watch to fire: aborted before the session goes on close (the
     /// client library panics in a watch's wait once its session is dropped).
@@ -142,10 +142,7 @@ static CREATOR_ALL: [zk::Acl; 1] = [zk::Acl::new_const(zk::Permission::ALL, "aut
 static ANYONE_ALL: [zk::Acl; 1] = [zk::Acl::new_const(zk::Permission::ALL, "world", "anyone")];
 
 impl ZkTransport {
-    pub(crate) async fn connect(
-        url: &ZkUrl,
-        inbox: mpsc::UnboundedSender<Input>,
-    ) -> Result<(Self, Duration), Error> {
+    pub(crate) async fn connect(url: &ZkUrl, inbox: Inbox) -> Result<(Self, Duration), Error> {
         let acl: &'static [zk::Acl] = if url.auth.is_some() {
             &CREATOR_ALL
         } else {
@@ -316,9 +313,9 @@ async fn supervise(
     acl: &'static [zk::Acl],
     shared: Arc<Mutex<zk::Client>>,
     mut client: zk::Client,
-    inbox: mpsc::UnboundedSender<Input>,
+    inbox: Inbox,
 ) {
-    let notice = |n: Notice| inbox.send(Input::Notice(n)).is_ok();
+    let notice = |n: Notice| inbox.send(n);
     loop {
         let mut states = client.state_watcher();
         loop {
@@ -373,16 +370,11 @@ fn transport_error(e: zk::Error) -> TransportError {
 
 /// Reports the one-shot `watcher` on `path` as a [`Notice::Watch`] when it fires (not for a
 /// mere session event: the connection's own notices report those). Its task joins `watches`.
-fn notify_once(
-    watches: &Watches,
-    watcher: zk::OneshotWatcher,
-    path: String,
-    inbox: mpsc::UnboundedSender<Input>,
-) {
+fn notify_once(watches: &Watches, watcher: zk::OneshotWatcher, path: String, inbox: Inbox) {
     let task = tokio::spawn(async move {
         let event = watcher.changed().await;
         if event.event_type != zk::EventType::Session {
-            let _ = inbox.send(Input::Notice(Notice::Watch { path }));
+            inbox.send(Notice::Watch { path });
         }
     });
     let mut watches = watches.lock().unwrap_or_else(|e| e.into_inner());
