@@ -189,12 +189,14 @@ pub(crate) struct Driver {
     /// a hop through another task.
     requests: FuturesUnordered<InFlight>,
     base: tokio::time::Instant,
-    /// The engine's next timer: one sleep, moved when the engine's deadline moves. A sleep
-    /// made afresh on every turn of the loop would enter tokio's timer wheel each time, and
-    /// the first entry into an empty wheel wakes the runtime's thread through its eventfd:
-    /// a system call and a spurious wake-up on every request.
+    /// The engine's next timer: one sleep, moved when the engine's deadline moves earlier. A
+    /// sleep made afresh on every turn of the loop would enter tokio's timer wheel each time,
+    /// and the first entry into an empty wheel wakes the runtime's thread through its
+    /// eventfd: a system call and a spurious wake-up on every request.
     timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-    /// The deadline `timer` is set to.
+    /// The deadline `timer` is set to, until it fires. A later deadline leaves it there:
+    /// each request moves the engine's deadline on (its timeout), and moving the sleep each
+    /// time costs more than the one early step, with nothing due, that it then takes.
     armed: Option<tokio::time::Instant>,
     /// The engine's next deadline, as its last step gave it.
     deadline: Option<Instant>,
@@ -264,7 +266,7 @@ impl Driver {
                 .deadline
                 .map(|t| self.base + Duration::from_nanos(t.as_nanos()));
             if let Some(at) = deadline
-                && self.armed != Some(at)
+                && self.armed.is_none_or(|armed| at < armed)
             {
                 self.timer.as_mut().reset(at);
                 self.armed = Some(at);
@@ -275,7 +277,10 @@ impl Driver {
             // bookkeeping of a rotating start on each of the several turns a lock cycle takes.
             tokio::select! {
                 biased;
-                () = self.timer.as_mut(), if deadline.is_some() => self.step(None),
+                () = self.timer.as_mut(), if deadline.is_some() => {
+                    self.armed = None;
+                    self.step(None);
+                }
                 Some((id, reply)) = self.requests.next(), if !self.requests.is_empty() => {
                     self.step(Some(Input::Reply { id, reply }));
                 }
