@@ -464,7 +464,8 @@ async fn dropping_a_waiting_acquire_leaves_the_queue_and_dropping_a_guard_releas
 
 /// A guard keeps its client's engine running after the last `Client` handle is dropped: it
 /// still extends, and dropping it releases in the background. Then the engine stops and
-/// closes its connections (it once waited on, its last waiter answered, and kept them).
+/// closes its connections. (An earlier driver kept waiting once its last waiter was
+/// answered, and kept its connections open for good.)
 #[tokio::test]
 async fn the_engine_stops_once_the_last_handle_and_guard_are_gone() {
     let server = RedisServer::start();
