@@ -121,12 +121,10 @@ class _ThreadOwners(threading.local):
     """One owner per thread, and the holds each thread's ``with`` blocks took."""
 
     def __init__(self) -> None:
-        self._owner: Optional[int] = None
+        self._owner = new_owner()
         self.stack: "List[Held]" = []
 
     def owner(self) -> int:
-        if self._owner is None:
-            self._owner = new_owner()
         return self._owner
 
 

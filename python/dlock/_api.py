@@ -22,6 +22,17 @@ MultiT = TypeVar("MultiT")
 RwT = TypeVar("RwT")
 SemT = TypeVar("SemT")
 
+#: What an acquire takes: ``(name, names, permits, rw)``, a name (with ``permits`` for a
+#: semaphore's permit, ``rw`` for a read-write lock's hold) or ``names`` (a multi-lock).
+Target = Tuple[Optional[str], Optional[List[str]], Optional[int], Optional[str]]
+#: What the native acquire takes: the target, then ``(lease, wait, max_hold, owner, fair,
+#: compat)``. A tuple, built and read on every acquire: a dict of the same costs several
+#: times as much on both sides.
+Spec = Tuple[
+    Optional[str], Optional[List[str]], Optional[int], Optional[str],
+    float, Optional[float], Optional[float], Optional[int], bool, Optional[str],
+]
+
 #: ``on_lost(held, reason)``: the sync API calls it from a thread, the asyncio API on the
 #: loop (awaiting it if it returns a coroutine).
 OnLost = Callable[[Any, str], Any]
@@ -157,6 +168,9 @@ class Acquirable(ABC, Generic[HeldT]):
 
     #: The held object an acquire gives, set by each API.
     _held_class: Callable[[NativeHeld, Optional[OnLost]], HeldT]
+    #: Whether acquires by one owner nest: a lock's do. A multi-lock and a semaphore's
+    #: permits are not reentrant: they acquire with no owner.
+    _reentrant = True
 
     def __init__(
         self,
@@ -180,15 +194,12 @@ class Acquirable(ABC, Generic[HeldT]):
         self._owners = owners
 
     @abstractmethod
-    def _target(self) -> Dict[str, Any]:
-        """What is acquired: ``name`` (with ``permits`` or ``rw``) or ``names``."""
+    def _target(self) -> Target:
+        """What is acquired."""
 
-    def _spec(self) -> Dict[str, Any]:
-        spec: Dict[str, Any] = {"name": None, "names": None, "permits": None, "rw": None}
-        spec.update(lease=self.lease, wait=self.wait, max_hold=self.max_hold, fair=self.fair, compat=self.compat)
-        spec["owner"] = self._owners.owner()
-        spec.update(self._target())
-        return spec
+    def _spec(self) -> Spec:
+        owner = self._owners.owner() if self._reentrant else None
+        return self._target() + (self.lease, self.wait, self.max_hold, owner, self.fair, self.compat)
 
     def _acquired(self, native: NativeHeld) -> HeldT:
         return self._held_class(native, self.on_lost)
@@ -217,8 +228,8 @@ class LockBase(Acquirable[HeldT]):
         #: ``"read"`` or ``"write"``: a hold of a read-write lock; None for a lock.
         self.rw = rw
 
-    def _target(self) -> Dict[str, Any]:
-        return {"name": self.name, "rw": self.rw}
+    def _target(self) -> Target:
+        return (self.name, None, None, self.rw)
 
     def _what(self) -> str:
         return repr(self.name) + (f" {self.rw}" if self.rw else "")
@@ -227,12 +238,14 @@ class LockBase(Acquirable[HeldT]):
 class MultiLockBase(Acquirable[HeldT]):
     """Several lock names acquired as one (not reentrant)."""
 
+    _reentrant = False
+
     def __init__(self, client: "ClientBase[Any, Any, Any, Any]", names: "list[str]", **options: Any) -> None:
         super().__init__(client, **options)
         self.names = names
 
-    def _target(self) -> Dict[str, Any]:
-        return {"names": self.names, "owner": None}
+    def _target(self) -> Target:
+        return (None, self.names, None, None)
 
     def _what(self) -> str:
         return repr(self.names)
@@ -241,6 +254,8 @@ class MultiLockBase(Acquirable[HeldT]):
 class SemaphoreBase(Acquirable[HeldT]):
     """A semaphore's name and number of permits; each acquire takes one permit."""
 
+    _reentrant = False
+
     def __init__(self, client: "ClientBase[Any, Any, Any, Any]", name: str, *, permits: int, **options: Any) -> None:
         if isinstance(permits, bool) or not isinstance(permits, int):
             raise TypeError(f"permits must be an int, got {type(permits).__name__}")
@@ -248,8 +263,8 @@ class SemaphoreBase(Acquirable[HeldT]):
         self.name = name
         self.permits = permits
 
-    def _target(self) -> Dict[str, Any]:
-        return {"name": self.name, "permits": self.permits, "owner": None}
+    def _target(self) -> Target:
+        return (self.name, None, self.permits, None)
 
     def _what(self) -> str:
         return f"{self.name!r} permits={self.permits}"

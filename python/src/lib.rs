@@ -262,49 +262,46 @@ struct ConnectOptions {
     lock_delay: Option<f64>,
 }
 
-/// What to acquire, as `dlock`'s lock objects describe it: `name` (with `permits` for a
-/// semaphore's permit, `rw` for a read-write lock's hold) or `names` (a multi-lock), and
-/// the options.
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct Spec {
-    name: Option<String>,
-    names: Option<Vec<String>>,
-    permits: Option<i128>,
-    rw: Option<String>,
-    lease: f64,
-    wait: Option<f64>,
-    max_hold: Option<f64>,
-    owner: Option<u64>,
-    fair: bool,
-    compat: Option<String>,
-}
+/// What to acquire, as `dlock`'s lock objects pass it (`dlock._api.Spec`): `(name, names,
+/// permits, rw, lease, wait, max_hold, owner, fair, compat)`, with `name` (and `permits` for
+/// a semaphore's permit, `rw` for a read-write lock's hold) or `names` (a multi-lock). A
+/// tuple: it is built and read on every acquire, and a dict of the same took several times
+/// as long on both sides.
+type Spec = (
+    Option<String>,
+    Option<Vec<String>>,
+    Option<i128>,
+    Option<String>,
+    f64,
+    Option<f64>,
+    Option<f64>,
+    Option<u64>,
+    bool,
+    Option<String>,
+);
 
-impl Spec {
-    fn to_rust(&self, py: Python<'_>) -> PyResult<dlock::LockSpec> {
-        let rust = |e: dlock::Error| to_py(py, &e);
-        let mut spec = match (&self.name, &self.names) {
-            (Some(name), None) => {
-                let permits = self
-                    .permits
-                    .map(dlock::spec::permits)
-                    .transpose()
-                    .map_err(rust)?;
-                dlock::LockSpec::named(name.clone(), permits, self.rw.as_deref()).map_err(rust)?
-            }
-            (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi {
-                names: names.clone(),
-            }),
-            _ => return Err(invalid(py, "a name or names, not both".into())),
-        };
-        spec.lease = seconds(py, "lease", self.lease)?;
-        spec.wait = optional_seconds(py, "wait", self.wait)?;
-        spec.max_hold = optional_seconds(py, "max_hold", self.max_hold)?;
-        spec.owner = self.owner;
-        spec.fair = self.fair;
-        spec.compat(self.compat.as_deref()).map_err(rust)?;
-        Ok(spec)
-    }
+/// The Rust crate's spec of `spec`, checked.
+fn lock_spec(py: Python<'_>, spec: Spec) -> PyResult<dlock::LockSpec> {
+    let (name, names, permits, rw, lease, wait, max_hold, owner, fair, compat) = spec;
+    let rust = |e: dlock::Error| to_py(py, &e);
+    let mut spec = match (name, names) {
+        (Some(name), None) => {
+            let permits = permits
+                .map(dlock::spec::permits)
+                .transpose()
+                .map_err(rust)?;
+            dlock::LockSpec::named(name, permits, rw.as_deref()).map_err(rust)?
+        }
+        (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi { names }),
+        _ => return Err(invalid(py, "a name or names, not both".into())),
+    };
+    spec.lease = seconds(py, "lease", lease)?;
+    spec.wait = optional_seconds(py, "wait", wait)?;
+    spec.max_hold = optional_seconds(py, "max_hold", max_hold)?;
+    spec.owner = owner;
+    spec.fair = fair;
+    spec.compat(compat.as_deref()).map_err(rust)?;
+    Ok(spec)
 }
 
 #[pyclass(frozen, module = "dlock._dlock")]
@@ -357,7 +354,7 @@ impl NativeClient {
 
     /// Waits for what `spec` names, up to its `wait` (`LockTimeout` when it runs out).
     fn acquire(&self, py: Python<'_>, spec: Spec) -> PyResult<Call> {
-        let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
+        let (client, spec) = (self.client(py)?, lock_spec(py, spec)?);
         Ok(Call::new(async move {
             let held = spec.acquire(&client).await?;
             Ok(NativeHeld { held, lead: None })
@@ -366,7 +363,7 @@ impl NativeClient {
 
     /// Takes what `spec` names if it is free now; None if not.
     fn try_acquire(&self, py: Python<'_>, spec: Spec) -> PyResult<Call> {
-        let (client, spec) = (self.client(py)?, spec.to_rust(py)?);
+        let (client, spec) = (self.client(py)?, lock_spec(py, spec)?);
         Ok(Call::new(async move {
             let held = spec.try_acquire(&client).await?;
             Ok(held.map(|held| NativeHeld { held, lead: None }))
