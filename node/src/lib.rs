@@ -287,45 +287,43 @@ impl Calls {
         out
     }
 }
-/// What to acquire, as `index.js` describes it: `name` (with `permits` for a semaphore's
-/// permit, `rw` for a read-write lock's hold) or `names` (a multi-lock), and the options.
-#[napi(object)]
-#[derive(Debug)]
-pub struct Spec {
-    pub name: Option<String>,
-    pub names: Option<Vec<String>>,
-    pub permits: Option<u32>,
-    pub rw: Option<String>,
-    pub lease_ms: Option<f64>,
-    pub wait_ms: Option<f64>,
-    pub max_hold_ms: Option<f64>,
-    pub owner: Option<i64>,
-    pub fair: Option<bool>,
-    pub compat: Option<String>,
-}
+/// What to acquire, as `index.js` passes it (`Acquirable._spec`): `[name, names, permits, rw,
+/// leaseMs, waitMs, maxHoldMs, owner, fair, compat]`, null where unset, with `name` (and
+/// `permits` for a semaphore's permit, `rw` for a read-write lock's hold) or `names` (a
+/// multi-lock). An array: it is built and read on every acquire, and an object of the same
+/// took several times as long on both sides.
+type Spec = (
+    Option<String>,
+    Option<Vec<String>>,
+    Option<u32>,
+    Option<String>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+    Option<i64>,
+    Option<bool>,
+    Option<String>,
+);
 
-impl Spec {
-    fn to_rust(&self) -> Result<dlock::LockSpec> {
-        let mut spec = match (&self.name, &self.names) {
-            (Some(name), None) => {
-                dlock::LockSpec::named(name.clone(), self.permits, self.rw.as_deref())
-                    .map_err(js_error)?
-            }
-            (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi {
-                names: names.clone(),
-            }),
-            _ => return Err(coded("DLOCK_INVALID_ARGUMENT", "a name or names, not both")),
-        };
-        if let Some(lease) = self.lease_ms {
-            spec.lease = millis("leaseMs", lease)?;
+/// The Rust crate's spec of `spec`, checked.
+fn lock_spec(spec: Spec) -> Result<dlock::LockSpec> {
+    let (name, names, permits, rw, lease_ms, wait_ms, max_hold_ms, owner, fair, compat) = spec;
+    let mut spec = match (name, names) {
+        (Some(name), None) => {
+            dlock::LockSpec::named(name, permits, rw.as_deref()).map_err(js_error)?
         }
-        spec.wait = optional_millis("waitMs", self.wait_ms)?;
-        spec.max_hold = optional_millis("maxHoldMs", self.max_hold_ms)?;
-        spec.owner = self.owner.map(|o| o as u64);
-        spec.fair = self.fair.unwrap_or(true);
-        spec.compat(self.compat.as_deref()).map_err(js_error)?;
-        Ok(spec)
+        (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi { names }),
+        _ => return Err(coded("DLOCK_INVALID_ARGUMENT", "a name or names, not both")),
+    };
+    if let Some(lease) = lease_ms {
+        spec.lease = millis("leaseMs", lease)?;
     }
+    spec.wait = optional_millis("waitMs", wait_ms)?;
+    spec.max_hold = optional_millis("maxHoldMs", max_hold_ms)?;
+    spec.owner = owner.map(|o| o as u64);
+    spec.fair = fair.unwrap_or(true);
+    spec.compat(compat.as_deref()).map_err(js_error)?;
+    Ok(spec)
 }
 
 /// Connects to a backend URL (`dlock::BACKENDS`); call `id` settles with the client, whose
@@ -458,8 +456,17 @@ impl NativeClient {
     /// runs out). With `cancellable`, `cancel(id)` may stop the wait, which leaves the queue:
     /// call `id` then settles with null.
     #[napi]
-    pub fn acquire(&self, env: Env, id: u32, spec: Spec, cancellable: bool) -> Result<()> {
-        let (client, spec) = (self.client()?, spec.to_rust()?);
+    pub fn acquire(
+        &self,
+        env: Env,
+        id: u32,
+        #[napi(
+            ts_arg_type = "[name: string | null, names: string[] | null, permits: number | null, rw: string | null, leaseMs: number | null, waitMs: number | null, maxHoldMs: number | null, owner: number | null, fair: boolean | null, compat: string | null]"
+        )]
+        spec: Spec,
+        cancellable: bool,
+    ) -> Result<()> {
+        let (client, spec) = (self.client()?, lock_spec(spec)?);
         let own = self.calls.clone();
         let calls = self.calls.clone();
         self.calls.start(&env, id, async move {
@@ -478,8 +485,16 @@ impl NativeClient {
 
     /// Takes what `spec` names if it is free now; null if not.
     #[napi]
-    pub fn try_acquire(&self, env: Env, id: u32, spec: Spec) -> Result<()> {
-        let (client, spec) = (self.client()?, spec.to_rust()?);
+    pub fn try_acquire(
+        &self,
+        env: Env,
+        id: u32,
+        #[napi(
+            ts_arg_type = "[name: string | null, names: string[] | null, permits: number | null, rw: string | null, leaseMs: number | null, waitMs: number | null, maxHoldMs: number | null, owner: number | null, fair: boolean | null, compat: string | null]"
+        )]
+        spec: Spec,
+    ) -> Result<()> {
+        let (client, spec) = (self.client()?, lock_spec(spec)?);
         let calls = self.calls.clone();
         self.calls.start(&env, id, async move {
             let held = spec.try_acquire(&client).await.map_err(failure)?;
