@@ -287,6 +287,7 @@ impl Calls {
         out
     }
 }
+
 /// What to acquire, as `index.js` passes it (`Acquirable._spec`): `[name, names, permits, rw,
 /// leaseMs, waitMs, maxHoldMs, owner, fair, compat]`, null where unset, with `name` (and
 /// `permits` for a semaphore's permit, `rw` for a read-write lock's hold) or `names` (a
