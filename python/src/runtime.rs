@@ -37,8 +37,9 @@ pub(crate) struct Runtime {
     base: Instant,
     /// Tells the keeper to give the runtime up: a blocking call wants it.
     wanted: tokio::sync::Notify,
-    /// The keeper waits here, without a deadline while blocking calls are under way (then
-    /// `parked` is set and the last call to end wakes it), with one while the grace runs.
+    /// The keeper waits here: with a deadline while calls come and go or the grace runs,
+    /// without one once a call has lasted a whole grace (then `parked` is set and the last
+    /// call to end wakes it).
     idle: (Mutex<()>, Condvar),
     parked: AtomicBool,
     /// Wakes the signal ticker when the first blocking call starts.
@@ -116,21 +117,44 @@ impl Runtime {
     }
 
     /// Returns once no thread has been in [`Runtime::block_on`] for [`KEEPER_GRACE`].
+    ///
+    /// While calls come and go it looks again every [`KEEPER_GRACE`], woken by its own
+    /// timeout: a thread that calls back to back then never has to wake it (a system call on
+    /// the caller's path, and a second wake-up of the keeper, each grace). Once one call
+    /// has lasted a whole grace (a long wait for a lock), it parks without a deadline and
+    /// the last call to end wakes it, so that a long wait does not wake it every grace.
     fn wait_for_idle(&self) {
         let (lock, idle) = &self.idle;
         let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // When the last call ended, as of the keeper's last look (none yet: u64::MAX).
+        let mut seen = u64::MAX;
         loop {
-            self.parked.store(true, SeqCst);
+            let last = self.last_call.load(SeqCst);
             if self.blocking.load(SeqCst) > 0 {
-                guard = idle.wait(guard).unwrap_or_else(|e| e.into_inner());
+                if last != seen {
+                    // Calls ended since the last look: look again after a grace.
+                    seen = last;
+                    guard = idle
+                        .wait_timeout(guard, KEEPER_GRACE)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    continue;
+                }
+                self.parked.store(true, SeqCst);
+                if self.blocking.load(SeqCst) > 0 {
+                    guard = idle.wait(guard).unwrap_or_else(|e| e.into_inner());
+                }
+                self.parked.store(false, SeqCst);
                 continue;
             }
-            self.parked.store(false, SeqCst);
-            let since = Duration::from_nanos(self.last_call.load(SeqCst));
-            let quiet = self.base.elapsed().saturating_sub(since);
+            let quiet = self
+                .base
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(last));
             if quiet >= KEEPER_GRACE {
                 return;
             }
+            seen = last;
             guard = idle
                 .wait_timeout(guard, KEEPER_GRACE - quiet)
                 .unwrap_or_else(|e| e.into_inner())
