@@ -23,6 +23,7 @@ import atexit
 import functools
 import importlib
 import inspect
+import os
 import threading
 from types import TracebackType
 from typing import Any, Callable, List, Optional, Type, TypeVar, cast
@@ -37,6 +38,7 @@ from ._dlock import (
     NativeClient,
     NativeHeld,
     NativeObserver,
+    _forked,
     _shutdown,
     new_owner,
 )
@@ -74,6 +76,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Runtime threads must be out of Python before the interpreter finalizes.
 atexit.register(_shutdown)
+# A forked child counts the fork: its parent's runtime and clients are not its own.
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked)
 
 
 def __getattr__(name: str) -> Any:

@@ -20,14 +20,25 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple, PyType};
 
+/// The forks between the process that loaded this module and this one: `dlock/__init__.py`
+/// registers [`_forked`] with `os.register_at_fork`. A runtime or a client made at another
+/// count belongs to an ancestor. (Counted, where `getpid` was a system call on every call.)
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs in a forked child (`os.register_at_fork(after_in_child=…)`), before anything else.
+#[pyfunction]
+fn _forked() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
 /// The process's runtime. A forked child gets a new one: the parent's threads do not exist in
 /// the child, so its runtime must never be used (or dropped) there.
 fn runtime() -> PyResult<Arc<Runtime>> {
-    static RUNTIME: Mutex<Option<(u32, Arc<Runtime>)>> = Mutex::new(None);
-    let pid = std::process::id();
+    static RUNTIME: Mutex<Option<(u64, Arc<Runtime>)>> = Mutex::new(None);
+    let forks = FORKS.load(Ordering::SeqCst);
     let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((owner, rt)) = slot.as_ref()
-        && *owner == pid
+    if let Some((made, rt)) = slot.as_ref()
+        && *made == forks
     {
         return Ok(rt.clone());
     }
@@ -36,7 +47,7 @@ fn runtime() -> PyResult<Arc<Runtime>> {
     std::mem::forget(slot.take());
     let rt = Runtime::start()
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start the dlock runtime: {e}")))?;
-    *slot = Some((pid, rt.clone()));
+    *slot = Some((forks, rt.clone()));
     Ok(rt)
 }
 
@@ -307,12 +318,13 @@ fn lock_spec(py: Python<'_>, spec: Spec) -> PyResult<dlock::LockSpec> {
 #[pyclass(frozen, module = "dlock._dlock")]
 struct NativeClient {
     client: Mutex<Option<dlock::Client>>,
-    pid: u32,
+    /// [`FORKS`] when it connected.
+    forks: u64,
 }
 
 impl NativeClient {
     fn client(&self, py: Python<'_>) -> PyResult<dlock::Client> {
-        if self.pid != std::process::id() {
+        if self.forks != FORKS.load(Ordering::SeqCst) {
             return Err(raise(
                 py,
                 dlock::ErrorCode::Closed,
@@ -347,7 +359,7 @@ impl NativeClient {
             let client = b.connect().await?;
             Ok(NativeClient {
                 client: Mutex::new(Some(client)),
-                pid: std::process::id(),
+                forks: FORKS.load(Ordering::SeqCst),
             })
         }))
     }
@@ -624,6 +636,7 @@ fn dlock_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let codes = dlock::ErrorCode::ALL.iter().map(|c| c.as_str());
     m.add("ERROR_CODES", PyTuple::new(m.py(), codes)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(_forked, m)?)?;
     m.add("DEFAULT_LEASE", dlock::DEFAULT_LEASE.as_secs_f64())?;
     // The metric names every host exports (dlock::prometheus): (field, name, help) each.
     use dlock::prometheus::{COUNTERS, GAUGES, HISTOGRAMS, LOST};
