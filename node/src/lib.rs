@@ -293,7 +293,8 @@ impl Calls {
 /// `permits` for a semaphore's permit, `rw` for a read-write lock's hold) or `names` (a
 /// multi-lock). An array: it is built and read on every acquire, and an object of the same
 /// took several times as long on both sides.
-type Spec = (
+#[napi]
+pub type Spec = (
     Option<String>,
     Option<Vec<String>>,
     Option<u32>,
@@ -461,9 +462,6 @@ impl NativeClient {
         &self,
         env: Env,
         id: u32,
-        #[napi(
-            ts_arg_type = "[name: string | null, names: string[] | null, permits: number | null, rw: string | null, leaseMs: number | null, waitMs: number | null, maxHoldMs: number | null, owner: number | null, fair: boolean | null, compat: string | null]"
-        )]
         spec: Spec,
         cancellable: bool,
     ) -> Result<()> {
@@ -490,9 +488,6 @@ impl NativeClient {
         &self,
         env: Env,
         id: u32,
-        #[napi(
-            ts_arg_type = "[name: string | null, names: string[] | null, permits: number | null, rw: string | null, leaseMs: number | null, waitMs: number | null, maxHoldMs: number | null, owner: number | null, fair: boolean | null, compat: string | null]"
-        )]
         spec: Spec,
     ) -> Result<()> {
         let (client, spec) = (self.client()?, lock_spec(spec)?);
