@@ -310,13 +310,8 @@ pub type Spec = (
 /// The Rust crate's spec of `spec`, checked.
 fn lock_spec(spec: Spec) -> Result<dlock::LockSpec> {
     let (name, names, permits, rw, lease_ms, wait_ms, max_hold_ms, owner, fair, compat) = spec;
-    let mut spec = match (name, names) {
-        (Some(name), None) => {
-            dlock::LockSpec::named(name, permits, rw.as_deref()).map_err(js_error)?
-        }
-        (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi { names }),
-        _ => return Err(coded("DLOCK_INVALID_ARGUMENT", "a name or names, not both")),
-    };
+    let mut spec =
+        dlock::LockSpec::target(name, names, permits, rw.as_deref()).map_err(js_error)?;
     if let Some(lease) = lease_ms {
         spec.lease = millis("leaseMs", lease)?;
     }
@@ -458,13 +453,7 @@ impl NativeClient {
     /// runs out). With `cancellable`, `cancel(id)` may stop the wait, which leaves the queue:
     /// call `id` then settles with null.
     #[napi]
-    pub fn acquire(
-        &self,
-        env: Env,
-        id: u32,
-        spec: Spec,
-        cancellable: bool,
-    ) -> Result<()> {
+    pub fn acquire(&self, env: Env, id: u32, spec: Spec, cancellable: bool) -> Result<()> {
         let (client, spec) = (self.client()?, lock_spec(spec)?);
         let own = self.calls.clone();
         let calls = self.calls.clone();
@@ -484,12 +473,7 @@ impl NativeClient {
 
     /// Takes what `spec` names if it is free now; null if not.
     #[napi]
-    pub fn try_acquire(
-        &self,
-        env: Env,
-        id: u32,
-        spec: Spec,
-    ) -> Result<()> {
+    pub fn try_acquire(&self, env: Env, id: u32, spec: Spec) -> Result<()> {
         let (client, spec) = (self.client()?, lock_spec(spec)?);
         let calls = self.calls.clone();
         self.calls.start(&env, id, async move {

@@ -295,17 +295,11 @@ type Spec = (
 fn lock_spec(py: Python<'_>, spec: Spec) -> PyResult<dlock::LockSpec> {
     let (name, names, permits, rw, lease, wait, max_hold, owner, fair, compat) = spec;
     let rust = |e: dlock::Error| to_py(py, &e);
-    let mut spec = match (name, names) {
-        (Some(name), None) => {
-            let permits = permits
-                .map(dlock::spec::permits)
-                .transpose()
-                .map_err(rust)?;
-            dlock::LockSpec::named(name, permits, rw.as_deref()).map_err(rust)?
-        }
-        (None, Some(names)) => dlock::LockSpec::new(dlock::Primitive::Multi { names }),
-        _ => return Err(invalid(py, "a name or names, not both".into())),
-    };
+    let permits = permits
+        .map(dlock::spec::permits)
+        .transpose()
+        .map_err(rust)?;
+    let mut spec = dlock::LockSpec::target(name, names, permits, rw.as_deref()).map_err(rust)?;
     spec.lease = seconds(py, "lease", lease)?;
     spec.wait = optional_seconds(py, "wait", wait)?;
     spec.max_hold = optional_seconds(py, "max_hold", max_hold)?;

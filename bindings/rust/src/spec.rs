@@ -120,6 +120,27 @@ impl LockSpec {
         Ok(LockSpec::new(primitive))
     }
 
+    /// What a host's lock object names: `name` as [`named`](Self::named) takes it, or
+    /// `names`, a multi-lock (which takes neither `permits` nor `rw`). The bindings pass
+    /// their lock objects' fields here.
+    pub fn target(
+        name: Option<String>,
+        names: Option<Vec<String>>,
+        permits: Option<u32>,
+        rw: Option<&str>,
+    ) -> Result<Self, Error> {
+        match (name, names) {
+            (Some(name), None) => Self::named(name, permits, rw),
+            (None, Some(names)) if permits.is_none() && rw.is_none() => {
+                Ok(LockSpec::new(Primitive::Multi { names }))
+            }
+            (None, Some(_)) => Err(Error::InvalidArgument(
+                "a multi-lock takes neither permits nor a read-write hold".into(),
+            )),
+            _ => Err(Error::InvalidArgument("a name or names, not both".into())),
+        }
+    }
+
     /// Refuses options that do not apply to the primitive (the engine checks names, leases
     /// and permit ranges). [`acquire`](Self::acquire) checks too; call it to fail before
     /// connecting.
@@ -313,5 +334,25 @@ mod tests {
         assert_eq!(RwHold::parse("read"), Ok(RwHold::Read));
         assert!(RwHold::parse("upgrade").is_err());
         assert!(LockSpec::named("a".into(), Some(2), Some("read")).is_err());
+    }
+
+    #[test]
+    fn a_target_is_a_name_or_names() {
+        let names = || Some(vec!["a".to_string(), "b".to_string()]);
+        let semaphore = LockSpec::target(Some("s".into()), None, Some(2), None).unwrap();
+        assert!(matches!(
+            semaphore.primitive,
+            Primitive::Semaphore { permits: 2, .. }
+        ));
+        let multi = LockSpec::target(None, names(), None, None).unwrap();
+        assert!(matches!(multi.primitive, Primitive::Multi { names } if names.len() == 2));
+        for bad in [
+            LockSpec::target(None, None, None, None),
+            LockSpec::target(Some("a".into()), names(), None, None),
+            LockSpec::target(None, names(), Some(2), None),
+            LockSpec::target(None, names(), None, Some("read")),
+        ] {
+            assert!(matches!(bad, Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
     }
 }
