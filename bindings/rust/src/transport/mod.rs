@@ -5,6 +5,7 @@ mod memory;
 mod mysql;
 mod postgres;
 mod redis;
+mod resp;
 mod ssl;
 mod zk;
 
@@ -150,16 +151,11 @@ impl Backend {
                 }
             }
             "redis" | "rediss" => {
-                use ::redis::IntoConnectionInfo;
                 let (url, redisson) = take_compat(url).map_err(|why| bad(why.into()))?;
-                let info = url
-                    .as_str()
-                    .into_connection_info()
-                    .map_err(|e| bad(format!(": {}", crate::redact(&e.to_string()))))?;
+                resp::Target::new(&url).map_err(|why| bad(format!(": {why}")))?;
                 if rest.is_empty() || rest.starts_with(['/', ':']) {
                     return Err(bad(" names no host".into()));
                 }
-                drop(info);
                 Ok(match redisson {
                     true => Backend::Redisson(url),
                     false => Backend::Redis(url),

@@ -79,20 +79,7 @@ impl PgUrl {
         let Some(root) = &self.tls else {
             return Ok(Connector::Plain);
         };
-        let mut roots = rustls::RootCertStore::empty();
-        let (added, _) = roots.add_parsable_certificates(ssl::roots(root.as_deref())?);
-        if added == 0 {
-            return Err(format!(
-                "no root certificate in {}",
-                root.as_deref().unwrap_or("the system's store")
-            ));
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let config = ssl::client_config(root.as_deref())?;
         Ok(Connector::Rustls(MakeRustlsConnect::new(config)))
     }
 

@@ -1,5 +1,5 @@
-//! `redis://`: one multiplexed, self-reconnecting connection for scripts and one pub/sub
-//! connection for wake-ups, reconnected with backoff. Scripts run as functions of the
+//! `redis://`: one pipelined, self-reconnecting connection for scripts (dlock's own,
+//! [`super::resp`]) and one pub/sub connection for wake-ups, reconnected with backoff. Scripts run as functions of the
 //! protocol's library with FCALL; on "Function not found" (a new server, or one whose
 //! functions were flushed) the library is loaded with FUNCTION LOAD REPLACE and the call made
 //! again. A server that refuses either command (Redis before 7, or a user without `fcall` or
@@ -15,7 +15,8 @@
 //! each channel on the node that serves its slot and subscribes again after a failover or a
 //! reconnection.
 //!
-//! `redlock://`: one self-reconnecting connection per independent server, no pub/sub. A node
+//! `redlock://`: one self-reconnecting connection per independent server ([`super::resp`]), no
+//! pub/sub. A node
 //! that is down when the client starts is connected in the background; until then its
 //! requests fail at once, which the engine counts as that node's "no".
 
@@ -28,12 +29,12 @@ use std::time::Duration;
 use dlock_core::redis::{Library, RedisOp, Script, Value};
 use dlock_core::{Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Pending;
+use super::resp::{Failure, Link, Target, command};
 use crate::driver::Inbox;
 use crate::{Error, redact};
 
@@ -42,15 +43,25 @@ type Subscription = (String, oneshot::Sender<Reply>);
 /// Where scripts go.
 #[derive(Clone)]
 enum Connection {
-    Single(ConnectionManager),
+    Single(Link),
     Cluster(ClusterConnection),
 }
 
 impl Connection {
-    async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+    /// Runs one command: `head` (the verb and its first arguments), then `tail`.
+    async fn query(&mut self, head: &[&[u8]], tail: &[&[String]]) -> Result<Value, Failure> {
         match self {
-            Connection::Single(con) => cmd.query_async(con).await,
-            Connection::Cluster(con) => cmd.query_async(con).await,
+            Connection::Single(link) => link.query(command(head, tail)).await,
+            Connection::Cluster(con) => {
+                let mut cmd = redis::Cmd::new();
+                for part in head {
+                    cmd.arg(*part);
+                }
+                for part in tail.iter().copied().flatten() {
+                    cmd.arg(part);
+                }
+                cmd.query_async(con).await.map(convert).map_err(failure)
+            }
         }
     }
 }
@@ -88,9 +99,10 @@ fn invalid_url(e: redis::RedisError) -> Error {
 impl RedisTransport {
     pub(crate) async fn connect(url: &str, inbox: Inbox) -> Result<Self, Error> {
         let client = redis::Client::open(url).map_err(invalid_url)?;
+        let target = Target::new(url).map_err(Error::InvalidUrl)?;
         let fail = |e: String| Error::Connect(redact(&format!("{url}: {e}")));
-        let con = manager(&client).await.map_err(fail)?;
-        Self::start(Connection::Single(con), vec![client], inbox)
+        let link = Link::connect(Arc::new(target)).await.map_err(fail)?;
+        Self::start(Connection::Single(link), vec![client], inbox)
             .await
             .map_err(fail)
     }
@@ -179,7 +191,9 @@ impl RedisTransport {
                     Subscriber::Sharded(con) => {
                         let mut con = con.clone();
                         return Box::pin(async move {
-                            con.ssubscribe(channel).await.map_err(transport_error)?;
+                            con.ssubscribe(channel)
+                                .await
+                                .map_err(|e| transport_error(failure(e)))?;
                             Ok(Response::Redis(Value::Status("OK".into())))
                         });
                     }
@@ -240,8 +254,6 @@ fn sharded_message(push: redis::PushInfo) -> Option<Notice> {
 /// FCALL, and its SHA1 for EVALSHA. Built once per client.
 struct Scripts {
     library: Library,
-    /// `FUNCTION LOAD REPLACE <library>`.
-    load_library: redis::Cmd,
     functions: BTreeMap<Script, String>,
     sha: BTreeMap<Script, String>,
 }
@@ -249,8 +261,6 @@ struct Scripts {
 impl Scripts {
     fn new() -> Arc<Self> {
         let library = dlock_core::redis::library();
-        let mut load_library = redis::cmd("FUNCTION");
-        load_library.arg("LOAD").arg("REPLACE").arg(&library.source);
         Arc::new(Self {
             functions: Script::ALL
                 .iter()
@@ -260,7 +270,6 @@ impl Scripts {
                 .iter()
                 .map(|s| (*s, redis::Script::new(&s.source()).get_hash().to_owned()))
                 .collect(),
-            load_library,
             library,
         })
     }
@@ -281,11 +290,11 @@ impl Runner {
         })
     }
 
-    fn fall_back(&self, e: &redis::RedisError) {
+    fn fall_back(&self, e: &Failure) {
         if self.fcall.swap(false, Ordering::Relaxed) {
             tracing::info!(
                 library = %self.scripts.library.name,
-                "Redis refused a function call ({e}); scripts run by EVALSHA from now on"
+                "Redis refused a function call ({e:?}); scripts run by EVALSHA from now on"
             );
         }
     }
@@ -294,7 +303,7 @@ impl Runner {
 /// Whether the server does not have or will not let this user run FCALL or FUNCTION LOAD
 /// (not an error of the function itself: an ACL refusal inside one reads "ERR The user
 /// executing the script can't run this command").
-fn refuses_functions(e: &redis::RedisError) -> bool {
+fn refuses_functions(e: &Failure) -> bool {
     let Some(detail) = e.detail() else {
         return false;
     };
@@ -312,10 +321,9 @@ fn refuses_functions(e: &redis::RedisError) -> bool {
     }
 }
 
-/// Runs a protocol script on `con`, written once into one command (the redis crate's
-/// `ScriptInvocation` would copy every key and argument twice on the way): by FCALL, loading
-/// the library on "Function not found"; by EVALSHA once the server refused functions, with
-/// SCRIPT LOAD on `NOSCRIPT` (a restarted or flushed server), never EVAL.
+/// Runs a protocol script on `con`: by FCALL, loading the library on "Function not found";
+/// by EVALSHA once the server refused functions, with SCRIPT LOAD on `NOSCRIPT` (a restarted
+/// or flushed server), never EVAL.
 fn eval(
     mut con: Connection,
     runner: &Arc<Runner>,
@@ -326,29 +334,25 @@ fn eval(
     let runner = runner.clone();
     Box::pin(async move {
         let scripts = &*runner.scripts;
-        let call = |verb: &str, name: &str| {
-            let size = keys.iter().chain(&args).map(String::len).sum::<usize>();
-            let mut cmd = redis::Cmd::with_capacity(
-                3 + keys.len() + args.len(),
-                verb.len() + name.len() + 4 + size,
-            );
-            cmd.arg(verb)
-                .arg(name)
-                .arg(keys.len())
-                .arg(&keys)
-                .arg(&args);
-            cmd
-        };
+        let mut number = itoa::Buffer::new();
+        let count = number.format(keys.len()).as_bytes();
+        let tail: [&[String]; 2] = [&keys, &args];
         if runner.fcall.load(Ordering::Relaxed) {
-            let fcall = call("FCALL", &scripts.functions[&script]);
-            let reply = match con.query(&fcall).await {
+            let fcall: [&[u8]; 3] = [b"FCALL", scripts.functions[&script].as_bytes(), count];
+            let reply = match con.query(&fcall, &tail).await {
                 Err(e)
                     if e.code() == Some("ERR")
                         && e.detail()
                             .is_some_and(|d| d.starts_with("Function not found")) =>
                 {
-                    match con.query(&scripts.load_library).await {
-                        Ok(_) => Some(con.query(&fcall).await),
+                    let load: [&[u8]; 4] = [
+                        b"FUNCTION",
+                        b"LOAD",
+                        b"REPLACE",
+                        scripts.library.source.as_bytes(),
+                    ];
+                    match con.query(&load, &[]).await {
+                        Ok(_) => Some(con.query(&fcall, &tail).await),
                         Err(e) if refuses_functions(&e) => {
                             runner.fall_back(&e);
                             None
@@ -363,43 +367,22 @@ fn eval(
                 reply => Some(reply),
             };
             if let Some(reply) = reply {
-                return reply
-                    .map(|v| Response::Redis(convert(v)))
-                    .map_err(transport_error);
+                return reply.map(Response::Redis).map_err(transport_error);
             }
         }
-        let evalsha = call("EVALSHA", &scripts.sha[&script]);
-        let reply = match con.query(&evalsha).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(script.source());
-                con.query(&load).await.map_err(transport_error)?;
-                con.query(&evalsha).await
+        let evalsha: [&[u8]; 3] = [b"EVALSHA", scripts.sha[&script].as_bytes(), count];
+        let reply = match con.query(&evalsha, &tail).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                let source = script.source();
+                con.query(&[b"SCRIPT", b"LOAD", source.as_bytes()], &[])
+                    .await
+                    .map_err(transport_error)?;
+                con.query(&evalsha, &tail).await
             }
             reply => reply,
         };
-        reply
-            .map(|v| Response::Redis(convert(v)))
-            .map_err(transport_error)
+        reply.map(Response::Redis).map_err(transport_error)
     })
-}
-
-/// A self-reconnecting connection to one server. A first connection and PING prove the
-/// server answers and takes our credentials (the connection manager would retry a refused
-/// login forever).
-async fn manager(client: &redis::Client) -> Result<ConnectionManager, String> {
-    ping(client.get_multiplexed_async_connection()).await?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        // The engine times requests out itself.
-        .set_response_timeout(None)
-        .set_min_delay(Duration::from_millis(50))
-        .set_max_delay(Duration::from_secs(2))
-        .set_number_of_retries(usize::MAX);
-    client
-        .get_connection_manager_with_config(config)
-        .await
-        .map_err(|e| e.to_string())
 }
 
 /// `redlock://`: a connection to each independent server, by index.
@@ -411,7 +394,7 @@ pub(crate) struct RedlockTransport {
 
 /// A Redlock node's URL as messages show it (no password), its connection once up, and how it
 /// takes scripts.
-type RedlockNode = (String, OnceLock<ConnectionManager>, Arc<Runner>);
+type RedlockNode = (String, OnceLock<Link>, Arc<Runner>);
 
 impl std::fmt::Debug for RedlockTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -424,11 +407,11 @@ impl RedlockTransport {
     /// once, if a majority answered; nodes that failed keep being tried in the background.
     /// Fails if no majority answers within 5 s.
     pub(crate) async fn connect(urls: &[String]) -> Result<Self, Error> {
-        let clients = urls
+        let targets = urls
             .iter()
-            .map(|u| redis::Client::open(u.as_str()))
+            .map(|u| Target::new(u).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid_url)?;
+            .map_err(Error::InvalidUrl)?;
         let scripts = Scripts::new();
         let nodes: Arc<Vec<_>> = Arc::new(
             urls.iter()
@@ -438,15 +421,15 @@ impl RedlockTransport {
         // Each node reports its first try, then keeps trying until it is up.
         let (tried_tx, mut tried) = mpsc::unbounded_channel();
         let errors = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
-        let links = clients
+        let links = targets
             .into_iter()
             .enumerate()
-            .map(|(i, client)| {
+            .map(|(i, target)| {
                 let (nodes, tried_tx, errors) = (nodes.clone(), tried_tx.clone(), errors.clone());
                 tokio::spawn(async move {
                     let mut backoff = Duration::from_millis(50);
                     loop {
-                        match manager(&client).await {
+                        match Link::connect(target.clone()).await {
                             Ok(con) => {
                                 let _ = nodes[i].1.set(con);
                                 let _ = tried_tx.send(());
@@ -588,7 +571,7 @@ async fn pubsub_loop(
                 request = requests.recv() => {
                     let Some((channel, reply)) = request else { return };
                     let result = sink.subscribe(&channel).await;
-                    let _ = reply.send(result.map(|()| Response::Redis(Value::Status("OK".into()))).map_err(transport_error));
+                    let _ = reply.send(result.map(|()| Response::Redis(Value::Status("OK".into()))).map_err(|e| transport_error(failure(e))));
                 }
                 message = stream.next() => {
                     let Some(message) = message else { break };
@@ -608,11 +591,22 @@ async fn pubsub_loop(
     }
 }
 
-fn transport_error(e: redis::RedisError) -> TransportError {
+/// The redis crate's word on a cluster command that got no result, as dlock's.
+fn failure(e: redis::RedisError) -> Failure {
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
-        TransportError::Unavailable(e.to_string())
-    } else {
-        TransportError::Server(e.to_string())
+        return Failure::Unavailable(e.to_string());
+    }
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => Failure::Server(format!("{code} {detail}")),
+        (Some(code), None) => Failure::Server(code.to_owned()),
+        _ => Failure::Server(e.to_string()),
+    }
+}
+
+fn transport_error(e: Failure) -> TransportError {
+    match e {
+        Failure::Server(line) => TransportError::Server(line),
+        Failure::Unavailable(why) => TransportError::Unavailable(why),
     }
 }
 

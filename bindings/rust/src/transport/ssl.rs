@@ -55,6 +55,25 @@ pub(crate) fn roots(root: Option<&str>) -> Result<Vec<CertificateDer<'static>>, 
     }
 }
 
+/// A rustls client configuration (ring, TLS 1.2 and 1.3) that verifies a server against the
+/// CA file `root`, or the system's roots.
+pub(crate) fn client_config(root: Option<&str>) -> Result<rustls::ClientConfig, String> {
+    let mut store = rustls::RootCertStore::empty();
+    let (added, _) = store.add_parsable_certificates(roots(root)?);
+    if added == 0 {
+        return Err(format!(
+            "no root certificate in {}",
+            root.unwrap_or("the system's store")
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(store)
+        .with_no_client_auth())
+}
+
 /// The same roots as [`roots`], as PEM text (zookeeper-client takes its CA so).
 pub(crate) fn roots_pem(root: Option<&str>) -> Result<String, String> {
     use base64::Engine as _;

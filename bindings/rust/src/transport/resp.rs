@@ -1,0 +1,488 @@
+//! dlock's own connection to one Redis server, for its scripts: `redis://`, `rediss://` and
+//! each Redlock node. A command is written as RESP2 straight from the engine's keys and
+//! arguments, a reply is read straight into the engine's [`Value`], and one task per
+//! connection keeps the socket: it writes every request waiting, in order, and hands the
+//! replies back in the same order (pipelining, as Redis answers a connection's commands).
+//!
+//! It stands where the redis crate's `ConnectionManager` stood, and behaves as it did: the
+//! first connection must come up and take the credentials (AUTH, SELECT, PING) or the client
+//! does not start; a lost connection fails the commands under way (their outcome is unknown:
+//! the engine treats them so) and is made again with backoff from 50 ms to 2 s, while new
+//! commands wait for it (the engine times them out itself). What it saves is the redis
+//! crate's general machinery on every command — building a `Cmd`, its pipeline's queue, its
+//! parser-combinator codec, its `Value` and the copy into the engine's — about a third of
+//! an uncontended Rust cycle's instructions (bench/README.md, "The client's part"). A Redis
+//! Cluster (slot routing, MOVED and ASK) and pub/sub stay on the redis crate.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::{ConnectionAddr, IntoConnectionInfo};
+use dlock_core::redis::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::redact;
+
+/// How long a connection, its TLS handshake and its AUTH, SELECT and PING may take.
+const OPEN_WITHIN: Duration = Duration::from_secs(5);
+/// The first and the longest wait between two tries to connect again.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+/// How deep a reply's arrays may nest (the protocol's replies nest one level).
+const MAX_DEPTH: usize = 8;
+
+/// A command that got no result: the server's error reply, or no reply at all.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The server's error line (`NOSCRIPT No matching script.`): its first word is the code.
+    Server(String),
+    /// No reply: the connection was lost with the command under way, or the reply could not
+    /// be read. Whether the server ran the command is unknown.
+    Unavailable(String),
+}
+
+impl Failure {
+    /// The error's code (`ERR`, `NOSCRIPT`, `NOPERM` …), for a server error.
+    pub(super) fn code(&self) -> Option<&str> {
+        match self {
+            Failure::Server(line) => line.split(' ').next(),
+            Failure::Unavailable(_) => None,
+        }
+    }
+
+    /// What follows the code, for a server error.
+    pub(super) fn detail(&self) -> Option<&str> {
+        match self {
+            Failure::Server(line) => line.split_once(' ').map(|(_, detail)| detail),
+            Failure::Unavailable(_) => None,
+        }
+    }
+}
+
+/// Where a link connects and how it introduces itself, from a `redis://` or `rediss://` URL
+/// as the redis crate reads it (so both accept the same URLs, percent-decoding included).
+pub(super) struct Target {
+    host: String,
+    port: u16,
+    tls: bool,
+    /// AUTH (with the URL's user and password) and SELECT as the URL asks, then PING:
+    /// written first on every connection, their replies read before any request is sent.
+    hello: Vec<u8>,
+    greetings: usize,
+}
+
+impl fmt::Display for Target {
+    /// `host:port`: never the credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+impl Target {
+    /// Reads `url`; `Err` says what is wrong with it (without its password).
+    pub(super) fn new(url: &str) -> Result<Self, String> {
+        let info = url
+            .into_connection_info()
+            .map_err(|e| redact(&e.to_string()))?;
+        let (host, port, tls) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => (host.clone(), *port, false),
+            ConnectionAddr::TcpTls { insecure: true, .. } => {
+                return Err(
+                    "#insecure: dlock verifies every server's certificate (give the CA in SSL_CERT_FILE)"
+                        .into(),
+                );
+            }
+            ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port, true),
+            other => return Err(format!("{other:?}: only TCP is supported")),
+        };
+        let settings = info.redis_settings();
+        let (mut hello, mut greetings) = (Vec::new(), 1);
+        if let Some(password) = settings.password() {
+            let password = password.as_bytes();
+            match settings.username() {
+                Some(user) => write_command(&mut hello, &[b"AUTH", user.as_bytes(), password], &[]),
+                None => write_command(&mut hello, &[b"AUTH", password], &[]),
+            }
+            greetings += 1;
+        }
+        if settings.db() != 0 {
+            let db = settings.db().to_string();
+            write_command(&mut hello, &[b"SELECT", db.as_bytes()], &[]);
+            greetings += 1;
+        }
+        write_command(&mut hello, &[b"PING"], &[]);
+        Ok(Self {
+            host,
+            port,
+            tls,
+            hello,
+            greetings,
+        })
+    }
+
+    /// A new connection, introduced (AUTH, SELECT, PING answered), within [`OPEN_WITHIN`].
+    async fn open(&self, tls: Option<&tokio_rustls::TlsConnector>) -> Result<Box<dyn Io>, String> {
+        let open = async {
+            let tcp = TcpStream::connect((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| e.to_string())?;
+            tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut io: Box<dyn Io> = match tls {
+                None => Box::new(tcp),
+                Some(connector) => {
+                    let name = rustls::pki_types::ServerName::try_from(self.host.clone())
+                        .map_err(|e| format!("{:?}: {e}", self.host))?;
+                    Box::new(
+                        connector
+                            .connect(name, tcp)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    )
+                }
+            };
+            io.write_all(&self.hello).await.map_err(|e| e.to_string())?;
+            let mut buf = Vec::with_capacity(256);
+            let mut greetings = self.greetings;
+            while greetings > 0 {
+                if io.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+                    return Err("the server closed the connection".into());
+                }
+                while greetings > 0 {
+                    let Some((reply, used)) = parse(&buf, 0)? else {
+                        break;
+                    };
+                    if let Err(Failure::Server(line)) = reply {
+                        return Err(line);
+                    }
+                    buf.drain(..used);
+                    greetings -= 1;
+                }
+            }
+            Ok(io)
+        };
+        tokio::time::timeout(OPEN_WITHIN, open)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} s", OPEN_WITHIN.as_secs())))
+    }
+}
+
+/// A connection's byte stream: TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// A command's result.
+type Reply = Result<Value, Failure>;
+/// Where a command's result goes.
+type Answer = oneshot::Sender<Reply>;
+type Request = (Vec<u8>, Answer);
+
+/// A handle on one server's connection; clones share it. The connection's task ends once
+/// every handle is gone.
+#[derive(Clone)]
+pub(super) struct Link {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Link {
+    /// Connects to `target` and keeps the connection up from then on. `Err` if the first
+    /// connection does not come up, is refused its credentials, or (TLS) the server's
+    /// certificate does not verify.
+    pub(super) async fn connect(target: Arc<Target>) -> Result<Self, String> {
+        let tls = match target.tls {
+            false => None,
+            true => Some(tokio_rustls::TlsConnector::from(Arc::new(
+                super::ssl::client_config(None)?,
+            ))),
+        };
+        let io = target.open(tls.as_ref()).await?;
+        let (requests, queue) = mpsc::unbounded_channel();
+        tokio::spawn(keep(target, tls, io, queue));
+        Ok(Self { requests })
+    }
+
+    /// Sends one command (RESP, from [`command`]) and waits for its reply.
+    pub(super) async fn query(&self, command: Vec<u8>) -> Result<Value, Failure> {
+        let closed = || Failure::Unavailable("the connection is closed".into());
+        let (reply, answer) = oneshot::channel();
+        self.requests.send((command, reply)).map_err(|_| closed())?;
+        answer.await.unwrap_or_else(|_| Err(closed()))
+    }
+}
+
+/// The connection's task: serves requests on `io` until it is lost, then connects again
+/// (requests wait in the queue meanwhile), until every [`Link`] is gone.
+async fn keep(
+    target: Arc<Target>,
+    tls: Option<tokio_rustls::TlsConnector>,
+    mut io: Box<dyn Io>,
+    mut queue: mpsc::UnboundedReceiver<Request>,
+) {
+    loop {
+        let Err(why) = serve(&mut *io, &mut queue).await else {
+            return;
+        };
+        tracing::warn!(server = %target, "Redis connection lost ({why}); reconnecting");
+        // At once (a connection the server dropped comes back in a round trip), then with
+        // backoff while the server does not answer.
+        let mut backoff = BACKOFF.0;
+        io = loop {
+            match target.open(tls.as_ref()).await {
+                Ok(io) => break io,
+                Err(e) => tracing::debug!(server = %target, "reconnecting: {e}"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF.1);
+            if queue.is_closed() {
+                return;
+            }
+        };
+        tracing::info!(server = %target, "Redis connection restored");
+    }
+}
+
+/// Writes the queue's requests to `io` and hands each reply to its request, in order.
+/// `Ok` once every [`Link`] is gone; `Err` when the connection is lost (every request under
+/// way is failed first).
+async fn serve(
+    io: &mut dyn Io,
+    queue: &mut mpsc::UnboundedReceiver<Request>,
+) -> Result<(), String> {
+    let mut under_way = VecDeque::new();
+    let (mut out, mut input) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
+    let lost = loop {
+        tokio::select! {
+            biased;
+            read = io.read_buf(&mut input) => {
+                match read {
+                    Ok(0) => break "the server closed the connection".to_owned(),
+                    Ok(_) => {}
+                    Err(e) => break e.to_string(),
+                }
+                match answer(&input, &mut under_way) {
+                    Ok(used) => drop(input.drain(..used)),
+                    Err(e) => break format!("a malformed reply: {e}"),
+                }
+            }
+            request = queue.recv() => {
+                let Some((command, reply)) = request else { return Ok(()) };
+                out.clear();
+                out.extend_from_slice(&command);
+                under_way.push_back(reply);
+                while let Ok((command, reply)) = queue.try_recv() {
+                    out.extend_from_slice(&command);
+                    under_way.push_back(reply);
+                }
+                if let Err(e) = io.write_all(&out).await {
+                    break e.to_string();
+                }
+            }
+        }
+    };
+    for request in under_way {
+        let _ = request.send(Err(Failure::Unavailable(format!(
+            "connection lost with the command under way: {lost}"
+        ))));
+    }
+    Err(lost)
+}
+
+/// Hands each whole reply in `input` to the request it answers, in order; the bytes they took.
+fn answer(input: &[u8], under_way: &mut VecDeque<Answer>) -> Result<usize, String> {
+    let mut at = 0;
+    while let Some((reply, next)) = parse(input, at)? {
+        at = next;
+        let request = under_way.pop_front().ok_or("a reply to no command")?;
+        let _ = request.send(reply);
+    }
+    Ok(at)
+}
+
+/// One command in RESP: `head` (the verb and its first arguments), then `tail`.
+pub(super) fn command(head: &[&[u8]], tail: &[&[String]]) -> Vec<u8> {
+    // Each part is framed by `$<length>\r\n` and `\r\n`: 8 bytes for a short one.
+    let (parts, size) = tail.iter().copied().flatten().fold(
+        (head.len(), head.iter().map(|p| p.len()).sum::<usize>()),
+        |(n, size), part| (n + 1, size + part.len()),
+    );
+    let mut out = Vec::with_capacity(16 + 8 * parts + size);
+    write_command(&mut out, head, tail);
+    out
+}
+
+/// Appends one command to `out` in RESP: `head` (the verb and its first arguments), then
+/// `tail`.
+fn write_command(out: &mut Vec<u8>, head: &[&[u8]], tail: &[&[String]]) {
+    let parts = head.len() + tail.iter().map(|t| t.len()).sum::<usize>();
+    let mut number = itoa::Buffer::new();
+    out.push(b'*');
+    out.extend_from_slice(number.format(parts).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut bulk = |part: &[u8]| {
+        out.push(b'$');
+        out.extend_from_slice(number.format(part.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(part);
+        out.extend_from_slice(b"\r\n");
+    };
+    for part in head {
+        bulk(part);
+    }
+    for part in tail.iter().copied().flatten() {
+        bulk(part.as_bytes());
+    }
+}
+
+/// The reply that starts at `buf[at..]` and where it ends; `Ok(None)` while `buf` does not
+/// hold all of it yet; `Err` when it is not RESP2.
+fn parse(buf: &[u8], at: usize) -> Result<Option<(Reply, usize)>, String> {
+    parse_in(buf, at, 0)
+}
+
+fn parse_in(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)>, String> {
+    let Some(end) = buf
+        .get(at..)
+        .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
+        .map(|n| at + n)
+    else {
+        return Ok(None);
+    };
+    let (kind, line, next) = (buf[at], &buf[at + 1..end], end + 2);
+    let text = || String::from_utf8_lossy(line).into_owned();
+    let number = || -> Result<i64, String> {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("not a number: {:?}", text()))
+    };
+    Ok(Some(match kind {
+        b'+' => (Ok(Value::Status(text())), next),
+        b'-' => (Err(Failure::Server(text())), next),
+        b':' => (Ok(Value::Int(number()?)), next),
+        b'$' => match number()? {
+            -1 => (Ok(Value::Nil), next),
+            len if len >= 0 => {
+                let stop = next + len as usize;
+                if buf.len() < stop + 2 {
+                    return Ok(None);
+                }
+                if &buf[stop..stop + 2] != b"\r\n" {
+                    return Err("a bulk string without its CRLF".into());
+                }
+                (Ok(Value::Data(buf[next..stop].to_vec())), stop + 2)
+            }
+            len => return Err(format!("a bulk string of length {len}")),
+        },
+        b'*' => match number()? {
+            -1 => (Ok(Value::Nil), next),
+            count if count >= 0 => {
+                if depth >= MAX_DEPTH {
+                    return Err(format!("arrays nested deeper than {MAX_DEPTH}"));
+                }
+                // Each item takes 3 bytes at least: no capacity beyond what `buf` can hold.
+                let mut items = Vec::with_capacity((count as usize).min(buf.len() / 3));
+                let mut at = next;
+                for _ in 0..count {
+                    let Some((item, after)) = parse_in(buf, at, depth + 1)? else {
+                        return Ok(None);
+                    };
+                    // An error inside an array (never one of the protocol's replies) is kept
+                    // as its text, for the engine to reject as malformed.
+                    items.push(item.unwrap_or_else(|e| match e {
+                        Failure::Server(line) | Failure::Unavailable(line) => Value::Status(line),
+                    }));
+                    at = after;
+                }
+                (Ok(Value::Array(items)), at)
+            }
+            count => return Err(format!("an array of length {count}")),
+        },
+        other => return Err(format!("a reply of unknown kind {:?}", other as char)),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(bytes: &[u8]) -> Result<Option<(Reply, usize)>, String> {
+        parse(bytes, 0)
+    }
+
+    #[test]
+    fn commands_are_written_as_resp_arrays_of_bulk_strings() {
+        let keys = ["k1".to_owned()];
+        let out = command(&[b"FCALL", b"f", b"1"], &[&keys, &["".to_owned()]]);
+        assert_eq!(
+            out,
+            b"*5\r\n$5\r\nFCALL\r\n$1\r\nf\r\n$1\r\n1\r\n$2\r\nk1\r\n$0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn every_reply_kind_is_read_and_partial_replies_wait() {
+        let reply = b"*4\r\n:1\r\n$3\r\nab\n\r\n$-1\r\n+OK\r\n";
+        let Some((Ok(value), used)) = one(reply).unwrap() else {
+            panic!("a whole reply")
+        };
+        assert_eq!(used, reply.len());
+        assert_eq!(
+            value,
+            Value::Array(vec![
+                Value::Int(1),
+                Value::Data(b"ab\n".to_vec()),
+                Value::Nil,
+                Value::Status("OK".into())
+            ])
+        );
+        // Every prefix is incomplete, never an error.
+        for n in 0..reply.len() {
+            assert!(one(&reply[..n]).unwrap().is_none(), "{n}");
+        }
+        let Some((Err(e), _)) = one(b"-NOSCRIPT No matching script.\r\n").unwrap() else {
+            panic!("an error reply")
+        };
+        assert_eq!(
+            (e.code(), e.detail()),
+            (Some("NOSCRIPT"), Some("No matching script."))
+        );
+        // Two replies in one read: the second starts where the first ended.
+        let two = b":7\r\n*-1\r\n";
+        let (_, at) = one(two).unwrap().unwrap();
+        let (second, end) = parse(two, at).unwrap().unwrap();
+        assert_eq!((second.unwrap(), end), (Value::Nil, two.len()));
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_not_panics() {
+        for bad in [
+            &b"?x\r\n"[..],
+            b":12a\r\n",
+            b"$-5\r\n",
+            b"$2\r\nabcd\r\n",
+            b"*-2\r\n",
+            b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
+        ] {
+            assert!(one(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn urls_are_read_as_the_redis_crate_reads_them_and_never_shown_with_a_password() {
+        let target = Target::new("redis://al%40ice:p%3Ass@127.0.0.1:6390/3").unwrap();
+        assert_eq!(target.to_string(), "127.0.0.1:6390");
+        let mut hello = Vec::new();
+        write_command(&mut hello, &[b"AUTH", b"al@ice", b"p:ss"], &[]);
+        write_command(&mut hello, &[b"SELECT", b"3"], &[]);
+        write_command(&mut hello, &[b"PING"], &[]);
+        assert_eq!((target.hello, target.greetings), (hello, 3));
+        let insecure = Target::new("rediss://127.0.0.1:6390/#insecure")
+            .err()
+            .unwrap();
+        assert!(insecure.contains("verifies"), "{insecure}");
+        let bad = Target::new("redis://:s3cret@host:notaport").err().unwrap();
+        assert!(!bad.contains("s3cret"), "{bad}");
+    }
+}
