@@ -227,6 +227,52 @@ async fn lost_fires_when_redis_restarts_and_the_client_recovers() {
     again.release().await.unwrap();
 }
 
+/// A script connection the server drops (CLIENT KILL here; a proxy's idle timeout or a
+/// failover elsewhere) is made again at once: the hold stays, and the next request goes
+/// through on the new connection.
+#[tokio::test]
+async fn a_dropped_connection_is_made_again_and_the_hold_kept() {
+    let server = RedisServer::start();
+    let client = connect(&server.url()).await.unwrap();
+    let guard = client.lock("k").lease(60_000 * MS).acquire().await.unwrap();
+    let mut raw = raw(&server).await;
+    // Every plain connection but this one: the client's script connection (its pub/sub one
+    // is of another type).
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    // Waits for the event (the client's new connection), not for a time.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let list: String = redis::cmd("CLIENT")
+                .arg(&["LIST", "TYPE", "normal"])
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if list.lines().count() == 2 {
+                break;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+    })
+    .await
+    .expect("the client connects again");
+    assert!(!guard.is_lost());
+    guard
+        .extend(60_000 * MS)
+        .await
+        .expect("extended over the new connection");
+    guard
+        .release()
+        .await
+        .expect("released over the new connection");
+    let held: bool = raw.exists(LockKeys::new("k").lock).await.unwrap();
+    assert!(!held);
+}
+
 #[tokio::test]
 async fn fencing_tokens_increase_across_clients_client_restarts_and_a_server_restart() {
     let mut server = RedisServer::start();

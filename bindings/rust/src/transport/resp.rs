@@ -144,6 +144,7 @@ impl Target {
                 }
             };
             io.write_all(&self.hello).await.map_err(|e| e.to_string())?;
+            io.flush().await.map_err(|e| e.to_string())?;
             let mut buf = Vec::with_capacity(256);
             let mut greetings = self.greetings;
             while greetings > 0 {
@@ -275,7 +276,13 @@ async fn serve(
                     out.extend_from_slice(&command);
                     under_way.push_back(reply);
                 }
-                if let Err(e) = io.write_all(&out).await {
+                // TLS may keep what the socket did not take at once until a flush (plain
+                // TCP's flush does nothing).
+                let written = async {
+                    io.write_all(&out).await?;
+                    io.flush().await
+                };
+                if let Err(e) = written.await {
                     break e.to_string();
                 }
             }
