@@ -7,12 +7,13 @@
 //! It stands where the redis crate's `ConnectionManager` stood, and behaves as it did: the
 //! first connection must come up and take the credentials (AUTH, SELECT, PING) or the client
 //! does not start; a lost connection fails the commands under way (their outcome is unknown:
-//! the engine treats them so) and is made again with backoff from 50 ms to 2 s, while new
-//! commands wait for it (the engine times them out itself). What it saves is the redis
-//! crate's general machinery on every command — building a `Cmd`, its pipeline's queue, its
-//! parser-combinator codec, its `Value` and the copy into the engine's — about a third of
-//! an uncontended Rust cycle's instructions (bench/README.md, "The client's part"). A Redis
-//! Cluster (slot routing, MOVED and ASK) and pub/sub stay on the redis crate.
+//! the engine treats them so) and is made again at once, then with backoff from 50 ms to 2 s,
+//! while new commands wait for it (the engine times them out itself). What it saves is the
+//! redis crate's general machinery on every command — building a `Cmd`, its pipeline's
+//! queue, its parser-combinator codec, its `Value` and the copy into the engine's — a fifth
+//! of an uncontended Rust cycle's instructions, 65,096 → 51,673 (bench/README.md, "A
+//! connection of dlock's own"). A Redis Cluster (slot routing, MOVED and ASK) and pub/sub
+//! stay on the redis crate.
 
 use std::collections::VecDeque;
 use std::fmt;
