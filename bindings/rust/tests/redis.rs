@@ -227,6 +227,25 @@ async fn lost_fires_when_redis_restarts_and_the_client_recovers() {
     again.release().await.unwrap();
 }
 
+/// Returns once the server has `n` connections of `kind`: waits for the event, not a time.
+async fn clients(raw: &mut redis::aio::MultiplexedConnection, kind: &str, n: usize) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let list: String = redis::cmd("CLIENT")
+                .arg(&["LIST", "TYPE", kind])
+                .query_async(raw)
+                .await
+                .unwrap();
+            if list.lines().count() == n {
+                break;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never {n} {kind} connections"));
+}
+
 /// A script connection the server drops (CLIENT KILL here; a proxy's idle timeout or a
 /// failover elsewhere) is made again at once: the hold stays, and the next request goes
 /// through on the new connection.
@@ -236,30 +255,17 @@ async fn a_dropped_connection_is_made_again_and_the_hold_kept() {
     let client = connect(&server.url()).await.unwrap();
     let guard = client.lock("k").lease(60_000 * MS).acquire().await.unwrap();
     let mut raw = raw(&server).await;
-    // Every plain connection but this one: the client's script connection (its pub/sub one
-    // is of another type).
+    // The client's pub/sub connection has subscribed (until then it counts as a plain one).
+    clients(&mut raw, "pubsub", 1).await;
+    // Every plain connection but this one: the client's script connection.
     let killed: i64 = redis::cmd("CLIENT")
         .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
         .query_async(&mut raw)
         .await
         .unwrap();
     assert_eq!(killed, 1);
-    // Waits for the event (the client's new connection), not for a time.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let list: String = redis::cmd("CLIENT")
-                .arg(&["LIST", "TYPE", "normal"])
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            if list.lines().count() == 2 {
-                break;
-            }
-            tokio::time::sleep(10 * MS).await;
-        }
-    })
-    .await
-    .expect("the client connects again");
+    // The client connects again: this one and the client's new one.
+    clients(&mut raw, "normal", 2).await;
     assert!(!guard.is_lost());
     guard
         .extend(60_000 * MS)
