@@ -33,7 +33,10 @@ pub fn script_call(verb: &str, function: &str, op: dlock_core::redis::RedisOp) -
         unreachable!("a script")
     };
     let mut cmd = redis::cmd(verb);
-    cmd.arg(function).arg(keys.len()).arg(&keys).arg(&args);
+    cmd.arg(function).arg(keys.len());
+    for word in keys.iter().chain(&args) {
+        cmd.arg(word);
+    }
     cmd
 }
 

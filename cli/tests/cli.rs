@@ -369,7 +369,7 @@ fn a_lost_lock_terminates_the_command() {
     wait_until("the lock is held", || {
         status_json(&server.url()).contains("\"count\":1")
     });
-    redis_cli(&server, &["DEL", &LockKeys::new("job").lock]);
+    redis_cli(&server, &["DEL", LockKeys::new("job").lock()]);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(74));
     assert!(

@@ -28,7 +28,7 @@ use ::redis as resp;
 use dlock_core::ClientId;
 use dlock_core::redis::reference::{DumpedKey, Store, zset_shown};
 use dlock_core::redis::{
-    self, Fairness, LockKeys, Mode, RedisOp, RwHold, RwKeys, Script, SemaphoreKeys, Value,
+    self, Fairness, LockKeys, Mode, RedisOp, RwHold, RwKeys, Script, SemaphoreKeys, Value, Words,
 };
 use dlock_testkit::{RedisServer, Rng};
 
@@ -248,11 +248,7 @@ fn random_op(rng: &mut Rng, names: &[&str], tokens: &[String]) -> RedisOp {
                     (k, t, Duration::from_secs(30 + rng.below(90)))
                 })
                 .collect();
-            redis::extend(
-                picks
-                    .iter()
-                    .map(|(k, t, l)| (k.lock.as_str(), t.as_str(), *l)),
-            )
+            redis::extend(picks.iter().map(|(k, t, l)| (k.lock(), t.as_str(), *l)))
         }
     }
 }
@@ -367,8 +363,8 @@ impl Pair {
             .cmd(verb)
             .arg(name)
             .arg(keys.len())
-            .arg(&keys)
-            .arg(&args)
+            .arg(keys.to_vec())
+            .arg(args.to_vec())
             .cmd("EVALSHA")
             .arg(&self.dump)
             .arg(0)
@@ -861,10 +857,7 @@ fn fenced_write_matches_redis_server() {
             .invoke::<resp::Value>(&mut con)
             .map(convert)
             .map_err(|e| e.to_string());
-        let (keys, args) = (
-            vec![resource.to_owned()],
-            vec![token.clone(), value.clone()],
-        );
+        let (keys, args) = (Words::from([resource]), Words::from([&token, &value]));
         let reference = store
             .eval(0, Script::FencedWrite, &keys, &args)
             .map(|outcome| outcome.reply);

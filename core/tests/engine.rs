@@ -321,7 +321,7 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
     assert_eq!(
         bed.store
-            .hget_at(ms, &keys.lock, "count")
+            .hget_at(ms, keys.lock(), "count")
             .unwrap()
             .as_deref(),
         Some("2")
@@ -348,7 +348,7 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
     );
     assert_eq!(
         bed.store
-            .hget_at(ms, &keys.lock, "count")
+            .hget_at(ms, keys.lock(), "count")
             .unwrap()
             .as_deref(),
         Some("1")
@@ -362,7 +362,7 @@ fn reentrant_acquires_share_one_tenure_and_one_fencing_token() {
             count: 0
         }]
     );
-    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+    assert_eq!(bed.store.hget_at(ms, keys.lock(), "owner").unwrap(), None);
 
     // The next tenure gets the next token; the fence counter stays.
     bed.cmd(0, acquire(6, "orders/42", 2, SEC, Wait::No));
@@ -623,7 +623,7 @@ fn waits_end_by_deadline_or_cancel_and_leave_the_queue() {
     bed.cmd(0, Command::Release { op: OpId(2), hold });
     let keys = LockKeys::new("a");
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
-    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+    assert_eq!(bed.store.hget_at(ms, keys.lock(), "owner").unwrap(), None);
     assert!(
         bed.store.is_empty(ms) || bed.store.len(ms) == 1,
         "only the fence counter stays"
@@ -665,7 +665,7 @@ fn a_give_up_waits_for_its_acquire_to_be_answered_before_it_leaves_the_queue() {
     bed.cmd(0, Command::Release { op: OpId(2), hold });
     let keys = LockKeys::new("a");
     let ms = EPOCH_MS + bed.now.as_nanos() / 1_000_000;
-    assert_eq!(bed.store.hget_at(ms, &keys.lock, "owner").unwrap(), None);
+    assert_eq!(bed.store.hget_at(ms, keys.lock(), "owner").unwrap(), None);
     assert!(bed.store.len(ms) <= 1, "only the fence counter stays");
     assert!(bed.take(1).is_empty());
 }
@@ -836,7 +836,7 @@ fn closing_is_sticky() {
 fn names_cannot_escape_their_hash_tag() {
     for name in ["a{b}c", "}", "{", "%7B", "{}", "x%y"] {
         let keys = LockKeys::new(name);
-        for key in [&keys.lock, &keys.fence, &keys.queue, &keys.waiters] {
+        for key in [&keys.lock(), &keys.fence(), &keys.queue(), &keys.waiters()] {
             let open = key.find('{').unwrap();
             let close = open + key[open..].find('}').unwrap();
             assert_eq!(&key[open + 1..close], redis::escape(name));
@@ -1043,7 +1043,7 @@ fn a_multi_lock_takes_every_name_in_canonical_order_and_releases_them_all() {
         .take_sent(0)
         .into_iter()
         .map(|op| match op {
-            RedisOp::Eval { keys, .. } => keys[0].clone(),
+            RedisOp::Eval { keys, .. } => keys[0].to_owned(),
             other => panic!("{other:?}"),
         })
         .collect();
@@ -1352,7 +1352,7 @@ fn a_non_fair_acquire_barges_past_the_queue_and_a_fair_one_does_not() {
     );
     assert_eq!(bed.take(0).len(), 1);
     match bed.take_sent(0).as_slice() {
-        [RedisOp::Eval { args, .. }] => assert_eq!(args.last().map(String::as_str), Some("free")),
+        [RedisOp::Eval { args, .. }] => assert_eq!(args.last(), Some("free")),
         other => panic!("{other:?}"),
     }
     assert!(

@@ -900,7 +900,7 @@ impl Model {
         };
         let key = match self.backend {
             Backend::Redisson => dlock_core::redisson::Keys::new("m").lock,
-            _ => LockKeys::new("m").lock,
+            _ => LockKeys::new("m").lock().to_owned(),
         };
         let ttl = store.pttl_at(now_ms, &key);
         let longest = LEASE.max(WAITER_LEASE).as_millis() as i64;

@@ -159,7 +159,7 @@ impl Bed {
     fn owner_on(&mut self, node: u32) -> Option<String> {
         let ms = EPOCH_MS + self.now.as_nanos() / 1_000_000;
         self.nodes[node as usize]
-            .hget_at(ms, &LockKeys::new("job").lock, "owner")
+            .hget_at(ms, LockKeys::new("job").lock(), "owner")
             .expect("hget")
     }
 

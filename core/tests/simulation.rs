@@ -1319,7 +1319,7 @@ impl World {
         for name in NAMES {
             let key = match self.redisson {
                 true => dlock_core::redisson::Keys::new(name).lock,
-                false => LockKeys::new(name).lock,
+                false => LockKeys::new(name).lock().to_owned(),
             };
             let ttl = self.store.pttl_at(now_ms, &key);
             if ttl == -1 || ttl > LONGEST_LEASE_MS + LONGEST_LOCK_DELAY_MS {
@@ -2193,7 +2193,7 @@ impl World {
 fn describe(op: &Op) -> String {
     match op {
         Op::Redis(RedisOp::Eval { script, keys, args }) => {
-            format!("{} {} {}", script.name(), keys[0], args.join(" "))
+            format!("{} {} {}", script.name(), &keys[0], args.to_vec().join(" "))
         }
         Op::Redis(RedisOp::Subscribe { channel }) => format!("subscribe {channel}"),
         Op::Redlock { node, op } => format!("node {node}: {}", describe(&Op::Redis(op.clone()))),

@@ -604,7 +604,7 @@ pub fn op_to_json(op: &Op) -> Json {
             json
         }
         Op::Redis(RedisOp::Eval { script, keys, args }) => {
-            json!({ "type": "eval", "script": script.name(), "keys": keys, "args": args })
+            json!({ "type": "eval", "script": script.name(), "keys": keys.to_vec(), "args": args.to_vec() })
         }
         Op::Redis(RedisOp::Subscribe { channel }) => {
             json!({ "type": "subscribe", "channel": channel })

@@ -20,7 +20,9 @@ async fn write_dead_leader(url: String, ms: u64) {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let key = dlock_core::redis::LockKeys::new("reports").lock;
+    let key = dlock_core::redis::LockKeys::new("reports")
+        .lock()
+        .to_owned();
     let _: () = redis::pipe()
         .hset_multiple(
             &key,

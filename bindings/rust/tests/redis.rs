@@ -196,7 +196,7 @@ async fn lost_fires_when_the_key_is_deleted_behind_the_holders_back() {
         .await
         .unwrap();
     let mut con = raw(&server).await;
-    let _: () = con.del(LockKeys::new("fragile").lock).await.unwrap();
+    let _: () = con.del(LockKeys::new("fragile").lock()).await.unwrap();
     let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("lost within a renewal");
@@ -275,7 +275,7 @@ async fn a_dropped_connection_is_made_again_and_the_hold_kept() {
         .release()
         .await
         .expect("released over the new connection");
-    let held: bool = raw.exists(LockKeys::new("k").lock).await.unwrap();
+    let held: bool = raw.exists(LockKeys::new("k").lock()).await.unwrap();
     assert!(!held);
 }
 
@@ -320,7 +320,7 @@ async fn release_and_extend_by_a_non_owner_change_nothing() {
     assert_eq!(released, redis::Value::Array(vec![redis::Value::Int(0)]));
     let extended = run_script(
         &mut con,
-        protocol::extend([(keys.lock.as_str(), intruder.as_str(), 60_000 * MS)]),
+        protocol::extend([(keys.lock(), intruder.as_str(), 60_000 * MS)]),
     )
     .await;
     assert_eq!(extended, redis::Value::Array(vec![redis::Value::Int(0)]));
@@ -421,7 +421,7 @@ async fn a_flushed_function_library_is_loaded_again_unseen() {
         "loaded again"
     );
     let keys = LockKeys::new("flushed");
-    assert!(!con.exists::<_, bool>(&keys.lock).await.unwrap());
+    assert!(!con.exists::<_, bool>(&keys.lock()).await.unwrap());
     let again = client.lock("flushed").acquire().await.unwrap();
     again.release().await.unwrap();
     let stats: String = redis::cmd("INFO")
@@ -468,7 +468,7 @@ async fn without_functions_a_flushed_script_cache_is_loaded_again_unseen() {
     guard.release().await.expect("released through NOSCRIPT");
     assert!(exists(&mut con).await, "RELEASE was loaded again");
     let keys = LockKeys::new("flushed");
-    assert!(!con.exists::<_, bool>(&keys.lock).await.unwrap());
+    assert!(!con.exists::<_, bool>(&keys.lock()).await.unwrap());
     let again = client.lock("flushed").acquire().await.unwrap();
     again.release().await.unwrap();
 }
@@ -536,7 +536,7 @@ async fn the_engine_stops_once_the_last_handle_and_guard_are_gone() {
     drop(client);
     guard.extend(Duration::from_secs(30)).await.unwrap();
     drop(guard);
-    let key = LockKeys::new("last").lock;
+    let key = LockKeys::new("last").lock().to_owned();
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let held: bool = con.exists(&key).await.unwrap();
@@ -832,7 +832,7 @@ async fn losing_one_lock_of_a_multi_lock_loses_it_and_frees_the_others() {
         .unwrap();
     // An operator deletes one lock's key: the next renewal finds it not ours.
     let mut con = raw(&server).await;
-    let _: () = con.del(LockKeys::new("m/y").lock).await.unwrap();
+    let _: () = con.del(LockKeys::new("m/y").lock()).await.unwrap();
     let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("told lost within a renewal or two");

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dlock_core::redis::Words;
 use dlock_core::sql::reference::Store;
 use dlock_core::sql::{Dialect, Param, SqlOp, SqlSettings, SqlValue, Statement};
 use dlock_testkit::{MariadbServer, PostgresServer, Rng};
@@ -558,7 +559,7 @@ fn call(
     names: &[&str],
     args: &[String],
 ) -> SqlOp {
-    settings.call(script, names, args)
+    settings.call(script, names, &Words::from_iter(args))
 }
 
 async fn differential(url: &str, seeds: u64, steps: usize) {

@@ -178,6 +178,19 @@ macro_rules! conversions {
                 }
             }
 
+            /// A script's keys or arguments as a list of strings, and back.
+            impl Cv<Vec<String>> for core_::redis::Words {
+                fn cv(self) -> Vec<String> {
+                    self.to_vec()
+                }
+            }
+
+            impl Cv<core_::redis::Words> for Vec<String> {
+                fn cv(self) -> core_::redis::Words {
+                    self.into()
+                }
+            }
+
             /// A fixed row of counts (histogram buckets, losses per reason) as a list, and
             /// back: a list of another length is cut or padded with zeros.
             impl<const N: usize> Cv<Vec<u64>> for [u64; N] {

@@ -490,7 +490,7 @@ impl<W: Wire> Redis<W> {
     fn extend_op(&self, tenures: &Tenures<Self>, items: &[(u64, Duration)]) -> Op {
         let req = extend(tenures, items, self.lock_delay, |t| {
             let token = self.token(t);
-            (t.data.lock_keys(&t.name, &token).lock, token)
+            (t.data.lock_keys(&t.name, &token).lock().to_owned(), token)
         });
         let names: Vec<&str> = items
             .iter()

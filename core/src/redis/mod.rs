@@ -5,6 +5,9 @@
 
 pub(crate) mod machine;
 pub mod reference;
+pub mod words;
+
+pub use words::Words;
 
 use core::time::Duration;
 
@@ -312,8 +315,8 @@ fn calls(text: &str, name: &str) -> bool {
 pub fn fenced_write(resource: &str, token: u64, value: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::FencedWrite,
-        keys: vec![resource.to_owned()],
-        args: vec![token.to_string(), value.to_owned()],
+        keys: [resource].into(),
+        args: [&token.to_string(), value].into(),
     }
 }
 
@@ -356,11 +359,14 @@ pub fn acl_rules() -> String {
 /// [`SCRIPT_COMMANDS`] its user may not run on a lock's keys or a wake-up channel. Read the
 /// reply with [`parse_acl_probe`].
 pub fn acl_probe() -> RedisOp {
-    let mut args = vec![wake_channel(ClientId(0))];
-    args.extend(SCRIPT_COMMANDS.iter().map(|c| c.to_string()));
+    let mut args = Words::new();
+    args.push(&wake_channel(ClientId(0)));
+    for command in SCRIPT_COMMANDS {
+        args.push(command);
+    }
     RedisOp::Eval {
         script: Script::AclProbe,
-        keys: vec![LockKeys::new("dlock-acl-probe").lock],
+        keys: [LockKeys::new("dlock-acl-probe").lock()].into(),
         args,
     }
 }
@@ -430,8 +436,8 @@ pub enum RedisOp {
     /// Run a protocol script: `EVALSHA sha1(source) len(keys) keys… args…`.
     Eval {
         script: Script,
-        keys: Vec<String>,
-        args: Vec<String>,
+        keys: Words,
+        args: Words,
     },
     /// `SUBSCRIBE channel` on the transport's pub/sub connection; messages come back as
     /// [`Notice::Message`](crate::Notice::Message). Reply with any value once subscribed.
@@ -469,45 +475,69 @@ pub fn escape(name: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The parts of the key of the lock whose escaped name is `tag`, with this suffix:
+/// `dlock:{tag}:suffix`.
+fn key_parts<'a>(tag: &'a str, suffix: &'a str) -> [&'a str; 4] {
+    ["dlock:{", tag, "}:", suffix]
+}
+
 /// The key of `name` with this suffix: `dlock:{escaped name}:suffix`.
 fn keys_of(name: &str) -> impl Fn(&str) -> String {
     let tag = escape(name);
-    move |suffix| {
-        let mut key = String::with_capacity("dlock:{}:".len() + tag.len() + suffix.len());
-        key.push_str("dlock:{");
-        key.push_str(&tag);
-        key.push_str("}:");
-        key.push_str(suffix);
-        key
-    }
+    move |suffix| key_parts(&tag, suffix).concat()
 }
 
-/// The four keys of one lock, in the order every script takes them.
+/// The four keys of one lock, in the order every script takes them, in one buffer:
+/// - `lock`: hash `owner`, `count`, `fence`, with the lease as its TTL;
+/// - `fence`: counter of tenures, whose value is the latest fencing token; never expires;
+/// - `queue`: list of waiting owner tokens, FIFO;
+/// - `waiters`: sorted set of waiting owner tokens scored by waiter-lease deadline (server
+///   ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockKeys {
-    /// Hash `owner`, `count`, `fence`, with the lease as its TTL.
-    pub lock: String,
-    /// Counter of tenures; its value is the latest fencing token. Never expires.
-    pub fence: String,
-    /// List of waiting owner tokens, FIFO.
-    pub queue: String,
-    /// Sorted set of waiting owner tokens scored by waiter-lease deadline (server ms).
-    pub waiters: String,
-}
+pub struct LockKeys(Words);
 
 impl LockKeys {
+    const SUFFIXES: [&'static str; 4] = ["lock", "fence", "queue", "waiters"];
+
     pub fn new(name: &str) -> Self {
-        let key = keys_of(name);
-        Self {
-            lock: key("lock"),
-            fence: key("fence"),
-            queue: key("queue"),
-            waiters: key("waiters"),
+        let tag = escape(name);
+        let bytes =
+            Self::SUFFIXES.len() * ("dlock:{}:".len() + tag.len()) + "lockfencequeuewaiters".len();
+        let mut keys = Words::with_capacity(Self::SUFFIXES.len(), bytes);
+        for suffix in Self::SUFFIXES {
+            keys.push_joined(&key_parts(&tag, suffix));
         }
+        Self(keys)
     }
 
-    fn into_vec(self) -> Vec<String> {
-        vec![self.lock, self.fence, self.queue, self.waiters]
+    /// The keys of a hold whose own hash is `lock`, beside a lock's other keys.
+    fn of(lock: &str, fence: &str, queue: &str, waiters: &str) -> Self {
+        Self([lock, fence, queue, waiters].into())
+    }
+
+    /// Hash `owner`, `count`, `fence`, with the lease as its TTL.
+    pub fn lock(&self) -> &str {
+        &self.0[0]
+    }
+
+    /// Counter of tenures; its value is the latest fencing token. Never expires.
+    pub fn fence(&self) -> &str {
+        &self.0[1]
+    }
+
+    /// List of waiting owner tokens, FIFO.
+    pub fn queue(&self) -> &str {
+        &self.0[2]
+    }
+
+    /// Sorted set of waiting owner tokens scored by waiter-lease deadline (server ms).
+    pub fn waiters(&self) -> &str {
+        &self.0[3]
+    }
+
+    /// The four keys, as a script takes them.
+    pub fn into_words(self) -> Words {
+        self.0
     }
 }
 
@@ -550,23 +580,19 @@ impl SemaphoreKeys {
 
     /// The keys of `token`'s permit as the lock scripts see a lock: EXTEND takes `lock`.
     pub fn lock_keys(&self, token: &str) -> LockKeys {
-        LockKeys {
-            lock: self.permit(token),
-            fence: self.fence.clone(),
-            queue: self.queue.clone(),
-            waiters: self.waiters.clone(),
-        }
+        LockKeys::of(&self.permit(token), &self.fence, &self.queue, &self.waiters)
     }
 
-    fn all(&self, token: &str) -> Vec<String> {
-        vec![
-            self.permit(token),
-            self.fence.clone(),
-            self.queue.clone(),
-            self.waiters.clone(),
-            self.holders.clone(),
-            self.permits.clone(),
+    fn all(&self, token: &str) -> Words {
+        [
+            &self.permit(token),
+            &self.fence,
+            &self.queue,
+            &self.waiters,
+            &self.holders,
+            &self.permits,
         ]
+        .into()
     }
 }
 
@@ -610,28 +636,27 @@ impl RwKeys {
 
     /// The keys of `token`'s hold as the lock scripts see a lock: EXTEND takes `lock`.
     pub fn lock_keys(&self, token: &str, write: bool) -> LockKeys {
-        LockKeys {
-            lock: if write {
-                self.writer.clone()
-            } else {
-                self.reader(token)
-            },
-            fence: self.fence.clone(),
-            queue: self.queue.clone(),
-            waiters: self.waiters.clone(),
-        }
+        let reader;
+        let own = if write {
+            &self.writer
+        } else {
+            reader = self.reader(token);
+            &reader
+        };
+        LockKeys::of(own, &self.fence, &self.queue, &self.waiters)
     }
 
-    fn all(&self, own: &str) -> Vec<String> {
-        vec![
-            own.to_owned(),
-            self.fence.clone(),
-            self.queue.clone(),
-            self.waiters.clone(),
-            self.readers.clone(),
-            self.writer.clone(),
-            self.modes.clone(),
+    fn all(&self, own: &str) -> Words {
+        [
+            own,
+            &self.fence,
+            &self.queue,
+            &self.waiters,
+            &self.readers,
+            &self.writer,
+            &self.modes,
         ]
+        .into()
     }
 }
 
@@ -682,9 +707,27 @@ impl Mode {
     }
 }
 
-fn ms(d: Duration) -> String {
-    // As u64: a u128's decimal formatting is several times slower, and no lease reaches 2^64 ms.
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string()
+/// `d` in whole milliseconds, as the scripts take durations (no lease reaches 2^64 ms).
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The arguments every acquire script starts with: the owner token, the lease, a count (of
+/// levels, or of permits), the mode and the waiter lease; room for two more.
+fn acquire_args(
+    token: &str,
+    lease: Duration,
+    count: u32,
+    mode: Mode,
+    waiter_lease: Duration,
+) -> Words {
+    let mut args = Words::with_capacity(7, token.len() + 64);
+    args.push(token);
+    args.push_number(ms(lease));
+    args.push_number(count.into());
+    args.push(mode.arg());
+    args.push_number(ms(waiter_lease));
+    args
 }
 
 /// Whether waiters are served in order (§5).
@@ -706,19 +749,13 @@ pub fn acquire(
     waiter_lease: Duration,
     fairness: Fairness,
 ) -> RedisOp {
-    let mut args = vec![
-        token.to_owned(),
-        ms(lease),
-        count.to_string(),
-        mode.arg().to_owned(),
-        ms(waiter_lease),
-    ];
+    let mut args = acquire_args(token, lease, count, mode, waiter_lease);
     if fairness == Fairness::NonFair {
-        args.push("barge".into());
+        args.push("barge");
     }
     RedisOp::Eval {
         script: Script::Acquire,
-        keys: keys.into_vec(),
+        keys: keys.into_words(),
         args,
     }
 }
@@ -726,13 +763,15 @@ pub fn acquire(
 /// RELEASE down to `count` levels; at 0 the lock is handed to the first waiter, or (non-fair)
 /// freed with the first waiter woken.
 pub fn release(keys: LockKeys, token: &str, count: u32, fairness: Fairness) -> RedisOp {
-    let mut args = vec![token.to_owned(), count.to_string()];
+    let mut args = Words::with_capacity(3, token.len() + 16);
+    args.push(token);
+    args.push_number(count.into());
     if fairness == Fairness::NonFair && count == 0 {
-        args.push("free".into());
+        args.push("free");
     }
     RedisOp::Eval {
         script: Script::Release,
-        keys: keys.into_vec(),
+        keys: keys.into_words(),
         args,
     }
 }
@@ -748,15 +787,9 @@ pub fn permit_acquire(
     waiter_lease: Duration,
     fairness: Fairness,
 ) -> RedisOp {
-    let mut args = vec![
-        token.to_owned(),
-        ms(lease),
-        permits.to_string(),
-        mode.arg().to_owned(),
-        ms(waiter_lease),
-    ];
+    let mut args = acquire_args(token, lease, permits, mode, waiter_lease);
     if fairness == Fairness::NonFair {
-        args.push("barge".into());
+        args.push("barge");
     }
     RedisOp::Eval {
         script: Script::PermitAcquire,
@@ -768,9 +801,9 @@ pub fn permit_acquire(
 /// PERMIT-RELEASE: give the permit back; it goes to the first waiter, or (non-fair) is freed
 /// with the first waiter woken.
 pub fn permit_release(keys: &SemaphoreKeys, token: &str, fairness: Fairness) -> RedisOp {
-    let mut args = vec![token.to_owned()];
+    let mut args = Words::from([token]);
     if fairness == Fairness::NonFair {
-        args.push("free".into());
+        args.push("free");
     }
     RedisOp::Eval {
         script: Script::PermitRelease,
@@ -784,7 +817,7 @@ pub fn permit_dequeue(keys: &SemaphoreKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::PermitDequeue,
         keys: keys.all(token),
-        args: vec![token.to_owned()],
+        args: [token].into(),
     }
 }
 
@@ -816,15 +849,11 @@ pub fn rw_acquire(
     mode: Mode,
     waiter_lease: Duration,
 ) -> RedisOp {
-    let mut args = vec![
-        hold.token.to_owned(),
-        ms(lease),
-        count.to_string(),
-        mode.arg().to_owned(),
-        ms(waiter_lease),
-        if hold.write { "write" } else { "read" }.to_owned(),
-    ];
-    args.extend(hold.downgrade.map(str::to_owned));
+    let mut args = acquire_args(hold.token, lease, count, mode, waiter_lease);
+    args.push(if hold.write { "write" } else { "read" });
+    if let Some(writer) = hold.downgrade {
+        args.push(writer);
+    }
     RedisOp::Eval {
         script: Script::RwAcquire,
         keys: hold.keys.all(&hold.own()),
@@ -837,7 +866,7 @@ pub fn rw_release(hold: &RwHold<'_>, count: u32) -> RedisOp {
     RedisOp::Eval {
         script: Script::RwRelease,
         keys: hold.keys.all(&hold.own()),
-        args: vec![hold.token.to_owned(), count.to_string()],
+        args: [hold.token, &count.to_string()].into(),
     }
 }
 
@@ -846,21 +875,21 @@ pub fn rw_dequeue(hold: &RwHold<'_>) -> RedisOp {
     RedisOp::Eval {
         script: Script::RwDequeue,
         keys: hold.keys.all(&hold.own()),
-        args: vec![hold.token.to_owned()],
+        args: [hold.token].into(),
     }
 }
 
 pub fn dequeue(keys: LockKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Dequeue,
-        keys: keys.into_vec(),
-        args: vec![token.to_owned()],
+        keys: keys.into_words(),
+        args: [token].into(),
     }
 }
 
 /// One EXTEND for many locks: `(lock key, owner token, lease)` each.
 pub fn extend(
-    locks: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
+    locks: impl IntoIterator<Item = (impl AsRef<str>, impl AsRef<str>, Duration)>,
 ) -> RedisOp {
     per_key(Script::Extend, locks)
 }
@@ -869,13 +898,13 @@ pub fn extend(
 /// owner (token or field) and lease in ms.
 pub(crate) fn per_key(
     script: Script,
-    holds: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
+    holds: impl IntoIterator<Item = (impl AsRef<str>, impl AsRef<str>, Duration)>,
 ) -> RedisOp {
-    let (mut keys, mut args) = (Vec::new(), Vec::new());
+    let (mut keys, mut args) = (Words::new(), Words::new());
     for (key, owner, lease) in holds {
-        keys.push(key.into());
-        args.push(owner.into());
-        args.push(ms(lease));
+        keys.push(key.as_ref());
+        args.push(owner.as_ref());
+        args.push_number(ms(lease));
     }
     RedisOp::Eval { script, keys, args }
 }
@@ -885,8 +914,8 @@ pub(crate) fn per_key(
 pub fn raise(keys: &LockKeys, token: &str, fencing_token: u64) -> RedisOp {
     RedisOp::Eval {
         script: Script::Raise,
-        keys: vec![keys.lock.clone(), keys.fence.clone()],
-        args: vec![token.to_owned(), fencing_token.to_string()],
+        keys: [keys.lock(), keys.fence()].into(),
+        args: [token, &fencing_token.to_string()].into(),
     }
 }
 
@@ -894,8 +923,8 @@ pub fn raise(keys: &LockKeys, token: &str, fencing_token: u64) -> RedisOp {
 pub fn status(keys: LockKeys) -> RedisOp {
     RedisOp::Eval {
         script: Script::Status,
-        keys: keys.into_vec(),
-        args: Vec::new(),
+        keys: keys.into_words(),
+        args: Words::new(),
     }
 }
 
@@ -1027,8 +1056,8 @@ pub fn leader_channel(name: &str) -> String {
 pub fn proclaim(keys: &LockKeys, token: &str, term: u64, value: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Proclaim,
-        keys: vec![keys.lock.clone()],
-        args: vec![token.to_owned(), term.to_string(), value.to_owned()],
+        keys: [keys.lock()].into(),
+        args: [token, &term.to_string(), value].into(),
     }
 }
 
@@ -1037,8 +1066,8 @@ pub fn proclaim(keys: &LockKeys, token: &str, term: u64, value: &str) -> RedisOp
 pub fn resign(keys: LockKeys, token: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::Resign,
-        keys: keys.into_vec(),
-        args: vec![token.to_owned()],
+        keys: keys.into_words(),
+        args: [token].into(),
     }
 }
 
@@ -1046,8 +1075,8 @@ pub fn resign(keys: LockKeys, token: &str) -> RedisOp {
 pub fn leader(keys: &LockKeys) -> RedisOp {
     RedisOp::Eval {
         script: Script::Leader,
-        keys: vec![keys.lock.clone()],
-        args: Vec::new(),
+        keys: [keys.lock()].into(),
+        args: Words::new(),
     }
 }
 

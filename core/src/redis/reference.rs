@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{Script, Value};
+use super::{Script, Value, Words};
 use crate::plant::{self, Plant};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,9 +72,10 @@ impl Store {
         &mut self,
         now_ms: u64,
         script: Script,
-        keys: &[String],
-        args: &[String],
+        keys: &Words,
+        args: &Words,
     ) -> Result<Outcome, String> {
+        let (keys, args) = (&keys.to_vec()[..], &args.to_vec()[..]);
         self.now = now_ms;
         self.published.clear();
         // Redis rolls nothing back when a script fails half way; neither do we.

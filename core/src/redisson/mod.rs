@@ -18,7 +18,7 @@ use core::time::Duration;
 
 use crate::error::Error;
 use crate::ids::ClientId;
-use crate::redis::{RedisOp, Script, Value};
+use crate::redis::{RedisOp, Script, Value, Words};
 use crate::status::LockStatus;
 
 /// The commands the Redisson-compatible scripts run (on the lock's raw name, its token
@@ -77,8 +77,8 @@ fn ms(d: Duration) -> String {
 pub fn acquire(keys: &Keys, field: &str, lease: Duration) -> RedisOp {
     RedisOp::Eval {
         script: Script::RedissonAcquire,
-        keys: vec![keys.lock.clone(), keys.fence.clone()],
-        args: vec![field.to_owned(), ms(lease)],
+        keys: [&keys.lock, &keys.fence].into(),
+        args: [field, &ms(lease)].into(),
     }
 }
 
@@ -86,15 +86,15 @@ pub fn acquire(keys: &Keys, field: &str, lease: Duration) -> RedisOp {
 pub fn release(keys: &Keys, field: &str) -> RedisOp {
     RedisOp::Eval {
         script: Script::RedissonRelease,
-        keys: vec![keys.lock.clone()],
-        args: vec![field.to_owned(), keys.channel.clone()],
+        keys: [&keys.lock].into(),
+        args: [field, &keys.channel].into(),
     }
 }
 
 /// REDISSON-EXTEND of several holds, each (lock hash, field, lease); read by
 /// [`parse_extend`].
 pub fn extend(
-    holds: impl IntoIterator<Item = (impl Into<String>, impl Into<String>, Duration)>,
+    holds: impl IntoIterator<Item = (impl AsRef<str>, impl AsRef<str>, Duration)>,
 ) -> RedisOp {
     crate::redis::per_key(Script::RedissonExtend, holds)
 }
@@ -103,8 +103,8 @@ pub fn extend(
 pub fn status(keys: &Keys) -> RedisOp {
     RedisOp::Eval {
         script: Script::RedissonStatus,
-        keys: vec![keys.lock.clone(), keys.fence.clone()],
-        args: Vec::new(),
+        keys: [&keys.lock, &keys.fence].into(),
+        args: Words::new(),
     }
 }
 

@@ -684,14 +684,14 @@ impl Backend for Redlock {
     fn extend(&mut self, life: &mut Life, op: OpId, seq: u64, lease: Duration) {
         let items = [(seq, lease)];
         let req = extend(&life.tenures, &items, self.lock_delay, |t| {
-            (t.data.keys.lock.clone(), self.token(t))
+            (t.data.keys.lock().to_owned(), self.token(t))
         });
         self.round(life, RoundKind::Extend { op }, &items, req);
     }
 
     fn renew(&mut self, life: &mut Life, items: &[(u64, Duration)]) {
         let req = extend(&life.tenures, items, self.lock_delay, |t| {
-            (t.data.keys.lock.clone(), self.token(t))
+            (t.data.keys.lock().to_owned(), self.token(t))
         });
         self.round(life, RoundKind::Renew, items, req);
     }

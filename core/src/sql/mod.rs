@@ -21,7 +21,7 @@ use core::time::Duration;
 
 use crate::error::Error;
 use crate::redis::machine::{LeaderNews, Wire};
-use crate::redis::{RedisOp, Script, Value};
+use crate::redis::{RedisOp, Script, Value, Words};
 use crate::status::LockStatus;
 use crate::types::{Op, Primitive, Response};
 pub mod reference;
@@ -206,20 +206,20 @@ impl SqlSettings {
     /// [`SqlSettings::params`] says (an argument the script leaves out is `''`). PostgreSQL's
     /// EXTEND takes arrays instead: names, tokens, leases. Panics on a script the SQL backend
     /// does not run, or numbers that are not integers.
-    pub fn call(&self, script: Script, names: &[&str], args: &[String]) -> SqlOp {
+    pub fn call(&self, script: Script, names: &[&str], args: &Words) -> SqlOp {
         let statement = Statement::of(script)
             .unwrap_or_else(|| unreachable!("the SQL backend runs no {}", script.name()));
         let int = |s: &str| -> i64 { s.parse().expect("the scripts' numbers are integers") };
         let params = if statement == Statement::Extend && self.dialect == Dialect::Postgres {
             vec![
                 Param::TextList(names.iter().map(|n| n.to_string()).collect()),
-                Param::TextList(args.iter().step_by(2).cloned().collect()),
-                Param::IntList(args.iter().skip(1).step_by(2).map(|l| int(l)).collect()),
+                Param::TextList(args.iter().step_by(2).map(str::to_owned).collect()),
+                Param::IntList(args.iter().skip(1).step_by(2).map(int).collect()),
             ]
         } else {
             // MySQL renews one hold per statement (`max_batch`).
             assert_eq!(names.len(), 1, "one lock per statement");
-            let arg = |i: usize| args.get(i).map_or("", String::as_str);
+            let arg = |i: usize| args.get(i).unwrap_or("");
             let types = self.params(statement);
             std::iter::once(Param::Text(names[0].to_owned()))
                 .chain(types[1..].iter().enumerate().map(|(i, kind)| match kind {
@@ -238,7 +238,7 @@ impl SqlSettings {
 
     /// STATUS of lock `name`; read its reply with [`parse_status`].
     pub fn status(&self, name: &str) -> SqlOp {
-        self.call(Script::Status, &[name], &[])
+        self.call(Script::Status, &[name], &Words::new())
     }
 }
 
@@ -581,9 +581,7 @@ mod tests {
     #[test]
     fn calls_carry_the_scripts_arguments_typed() {
         let settings = SqlSettings::new(Dialect::Postgres);
-        let args: Vec<String> = ["tok", "1000", "1", "wait", "3000"]
-            .map(String::from)
-            .to_vec();
+        let args = Words::from(["tok", "1000", "1", "wait", "3000"]);
         let SqlOp::Query {
             statement, params, ..
         } = settings.call(Script::Acquire, &["n"], &args)
@@ -594,7 +592,7 @@ mod tests {
         let kinds: Vec<ParamType> = params.iter().map(Param::kind).collect();
         assert_eq!(kinds, settings.params(Statement::Acquire));
         assert_eq!(params[6], Param::Text(String::new()));
-        let args: Vec<String> = ["a", "10", "b", "20"].map(String::from).to_vec();
+        let args = Words::from(["a", "10", "b", "20"]);
         let SqlOp::Query { params, .. } = settings.call(Script::Extend, &["x", "y"], &args) else {
             panic!()
         };

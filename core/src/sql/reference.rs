@@ -825,7 +825,7 @@ struct Acquire<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::redis::Script;
+    use crate::redis::{Script, Words};
     use crate::sql::SqlSettings;
 
     /// A non-fair release (and a non-fair permit release) wakes the first live waiter on
@@ -842,9 +842,8 @@ mod tests {
                 let settings = SqlSettings::new(dialect);
                 let mut store = Store::new(&settings);
                 let mut run = |t: u64, script: Script, args: &[&str]| {
-                    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
                     store
-                        .exec(t, &settings.call(script, &["m"], &args))
+                        .exec(t, &settings.call(script, &["m"], &Words::from_iter(args)))
                         .unwrap()
                 };
                 // `a` holds for a second; `b` queues with a 50 ms waiter lease, then dies.

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dlock_core::redis::{Library, RedisOp, Script, Value};
+use dlock_core::redis::{Library, RedisOp, Script, Value, Words};
 use dlock_core::{Notice, Reply, Response, TransportError};
 use futures_util::StreamExt;
 use redis::cluster::ClusterClient;
@@ -49,7 +49,7 @@ enum Connection {
 
 impl Connection {
     /// Runs one command: `head` (the verb and its first arguments), then `tail`.
-    async fn query(&mut self, head: &[&[u8]], tail: &[&[String]]) -> Result<Value, Failure> {
+    async fn query(&mut self, head: &[&[u8]], tail: &[&Words]) -> Result<Value, Failure> {
         match self {
             Connection::Single(link) => link.query(command(head, tail)).await,
             Connection::Cluster(con) => {
@@ -328,15 +328,15 @@ fn eval(
     mut con: Connection,
     runner: &Arc<Runner>,
     script: Script,
-    keys: Vec<String>,
-    args: Vec<String>,
+    keys: Words,
+    args: Words,
 ) -> Pending {
     let runner = runner.clone();
     Box::pin(async move {
         let scripts = &*runner.scripts;
         let mut number = itoa::Buffer::new();
         let count = number.format(keys.len()).as_bytes();
-        let tail: [&[String]; 2] = [&keys, &args];
+        let tail = [&keys, &args];
         if runner.fcall.load(Ordering::Relaxed) {
             let fcall: [&[u8]; 3] = [b"FCALL", scripts.functions[&script].as_bytes(), count];
             let reply = match con.query(&fcall, &tail).await {

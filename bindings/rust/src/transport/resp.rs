@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::{ConnectionAddr, IntoConnectionInfo};
-use dlock_core::redis::Value;
+use dlock_core::redis::{Value, Words};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -309,12 +309,11 @@ fn answer(input: &[u8], under_way: &mut VecDeque<Answer>) -> Result<usize, Strin
 }
 
 /// One command in RESP: `head` (the verb and its first arguments), then `tail`.
-pub(super) fn command(head: &[&[u8]], tail: &[&[String]]) -> Vec<u8> {
+pub(super) fn command(head: &[&[u8]], tail: &[&Words]) -> Vec<u8> {
     // Each part is framed by `$<length>\r\n` and `\r\n`: 8 bytes for a short one.
-    let (parts, size) = tail.iter().copied().flatten().fold(
-        (head.len(), head.iter().map(|p| p.len()).sum::<usize>()),
-        |(n, size), part| (n + 1, size + part.len()),
-    );
+    let parts = head.len() + tail.iter().map(|t| t.len()).sum::<usize>();
+    let size = head.iter().map(|p| p.len()).sum::<usize>()
+        + tail.iter().map(|t| t.byte_len()).sum::<usize>();
     let mut out = Vec::with_capacity(16 + 8 * parts + size);
     write_command(&mut out, head, tail);
     out
@@ -322,7 +321,7 @@ pub(super) fn command(head: &[&[u8]], tail: &[&[String]]) -> Vec<u8> {
 
 /// Appends one command to `out` in RESP: `head` (the verb and its first arguments), then
 /// `tail`.
-fn write_command(out: &mut Vec<u8>, head: &[&[u8]], tail: &[&[String]]) {
+fn write_command(out: &mut Vec<u8>, head: &[&[u8]], tail: &[&Words]) {
     let parts = head.len() + tail.iter().map(|t| t.len()).sum::<usize>();
     let mut number = itoa::Buffer::new();
     out.push(b'*');
@@ -421,8 +420,8 @@ mod tests {
 
     #[test]
     fn commands_are_written_as_resp_arrays_of_bulk_strings() {
-        let keys = ["k1".to_owned()];
-        let out = command(&[b"FCALL", b"f", b"1"], &[&keys, &["".to_owned()]]);
+        let (keys, args) = (Words::from(["k1"]), Words::from([""]));
+        let out = command(&[b"FCALL", b"f", b"1"], &[&keys, &args]);
         assert_eq!(
             out,
             b"*5\r\n$5\r\nFCALL\r\n$1\r\nf\r\n$1\r\n1\r\n$2\r\nk1\r\n$0\r\n\r\n"
