@@ -181,7 +181,13 @@ impl<S: AsRef<str>, const N: usize> From<[S; N]> for Words {
 
 impl From<Vec<String>> for Words {
     fn from(words: Vec<String>) -> Self {
-        words.into_iter().collect()
+        // Sized first: a Wasm host turns every request's lists into these.
+        let bytes = words.iter().map(String::len).sum();
+        let mut list = Words::with_capacity(words.len(), bytes);
+        for word in &words {
+            list.push(word);
+        }
+        list
     }
 }
 
