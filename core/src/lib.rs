@@ -104,7 +104,7 @@ pub use error::{
     Error, MAX_LEASE, MAX_MULTI, MAX_NAME_LEN, MAX_PERMITS, MAX_VALUE_LEN, MIN_LEASE,
     TransportError,
 };
-pub use owner::{owner_token, token_seq};
+pub use owner::{OwnerToken, owner_token, token_seq};
 pub use stats::{
     BUCKETS, Histogram, LockStats, MAX_OBSERVATIONS, MAX_STATS_NAMES, OTHER_NAMES, Observation,
     Observed, Stats,

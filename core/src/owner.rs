@@ -5,21 +5,104 @@ use crate::ids::ClientId;
 
 /// The owner token of one tenure: the client id as 32 lowercase hex digits, `-`, and the
 /// tenure's sequence number in lowercase hex. Unique per tenure, never reused.
-pub fn owner_token(client: ClientId, seq: u64) -> String {
-    // Written digit by digit into a buffer: every request names its tenure, and `format!`
-    // of a u128 (or a `String::push` per digit) costs more than the rest of building it.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut token = [0u8; 32 + 1 + 16];
-    for (i, byte) in client.0.to_be_bytes().into_iter().enumerate() {
-        token[2 * i] = HEX[usize::from(byte >> 4)];
-        token[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+pub fn owner_token(client: ClientId, seq: u64) -> OwnerToken {
+    OwnerToken::new(client, b'-', seq, 16)
+}
+
+/// An owner token (or Redisson's hash field, [`crate::redisson::field`]) kept inline: every
+/// request names its tenure, and a `String` for it would cost an allocation each time. It
+/// reads as the `str` it is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerToken {
+    /// The token, then zeros: so the derived order is the strings' order.
+    bytes: [u8; OwnerToken::MAX],
+    len: u8,
+}
+
+impl OwnerToken {
+    /// The longest: 32 hex digits, a separator, and a sequence number's 20 decimal digits.
+    const MAX: usize = 32 + 1 + 20;
+
+    /// `client` as 32 lowercase hex digits, `separator`, and `seq` in base `radix` (10 or 16).
+    pub(crate) fn new(client: ClientId, separator: u8, seq: u64, radix: u64) -> Self {
+        // Written digit by digit: `format!` of a u128 costs more than the rest of a request.
+        let mut bytes = [0u8; Self::MAX];
+        for (i, byte) in client.0.to_be_bytes().into_iter().enumerate() {
+            bytes[2 * i] = DIGITS[usize::from(byte >> 4)];
+            bytes[2 * i + 1] = DIGITS[usize::from(byte & 0xf)];
+        }
+        bytes[32] = separator;
+        let mut scratch = [0u8; 20];
+        let seq = digits(seq, radix, &mut scratch);
+        bytes[33..33 + seq.len()].copy_from_slice(seq);
+        Self {
+            bytes,
+            len: (33 + seq.len()) as u8,
+        }
     }
-    token[32] = b'-';
-    let digits = (64 - seq.leading_zeros()).div_ceil(4).max(1) as usize;
-    for (i, digit) in token[33..33 + digits].iter_mut().enumerate() {
-        *digit = HEX[(seq >> (4 * (digits - 1 - i))) as usize & 0xf];
+
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("digits are ASCII")
     }
-    String::from(std::str::from_utf8(&token[..33 + digits]).expect("hex digits are ASCII"))
+}
+
+impl core::ops::Deref for OwnerToken {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for OwnerToken {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl core::fmt::Display for OwnerToken {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl PartialEq<str> for OwnerToken {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for OwnerToken {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<OwnerToken> for String {
+    fn from(token: OwnerToken) -> Self {
+        token.as_str().to_owned()
+    }
+}
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `n`'s digits in base `radix` (2 to 16), lowercase, written at the end of `scratch`.
+pub(crate) fn digits(n: u64, radix: u64, scratch: &mut [u8; 20]) -> &[u8] {
+    let (mut n, mut at) = (n, scratch.len());
+    loop {
+        at -= 1;
+        scratch[at] = DIGITS[(n % radix) as usize];
+        n /= radix;
+        if n == 0 {
+            return &scratch[at..];
+        }
+    }
 }
 
 /// The sequence number of `token` if it is one of `client`'s tokens.

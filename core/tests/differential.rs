@@ -497,7 +497,7 @@ fn reference_store_matches_redis_server() {
     let mut pair = Pair::start();
     let names = ["orders/42", "a{b}c", "%7B"];
     let tokens: Vec<String> = (0..6)
-        .map(|i| dlock_core::owner_token(ClientId(0xfeed + u128::from(i % 2)), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed + u128::from(i % 2)), i).into())
         .collect();
     let mut ops = 0;
     for seed in 1..=8 {
@@ -575,7 +575,7 @@ fn non_fair_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let keys = LockKeys::new("nf");
     let t: Vec<String> = (1..=4)
-        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i).into())
         .collect();
     let lease = Duration::from_secs(60);
     let acquire = |token: &str, mode, fairness| {
@@ -627,7 +627,7 @@ fn permit_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let sem = SemaphoreKeys::new("pool");
     let t: Vec<String> = (1..=5)
-        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i).into())
         .collect();
     let (lease, short) = (Duration::from_secs(60), Duration::from_millis(205));
     let take = |token: &str, lease, mode, fairness| {
@@ -723,7 +723,7 @@ fn rw_scripts_match_redis_server() {
     let mut pair = Pair::start();
     let keys = RwKeys::new("rw");
     let t: Vec<String> = (1..=6)
-        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xfeed), i).into())
         .collect();
     let lease = Duration::from_secs(60);
     let hold = |i: usize, write: bool, downgrade: Option<usize>| RwHold {
@@ -980,7 +980,7 @@ fn election_scripts_match_redis_server() {
     pair.reset();
     let keys = LockKeys::new("leader");
     let t: Vec<String> = (1..=2)
-        .map(|i| dlock_core::owner_token(ClientId(0xe1ec7), i))
+        .map(|i| dlock_core::owner_token(ClientId(0xe1ec7), i).into())
         .collect();
     let lease = Duration::from_secs(60);
     let acquire = |token: &str, mode| {

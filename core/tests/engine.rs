@@ -863,12 +863,26 @@ fn owner_tokens_are_unique_per_tenure_and_parse_back() {
     ] {
         assert_eq!(dlock_core::token_seq(client, bad), None, "{bad:?}");
     }
-    // Written digit by digit, as `{:032x}-{:x}` would write it, at the edges too.
+    // Written digit by digit, as `{:032x}-{:x}` would write it, at the edges too; and
+    // Redisson's hash field as `{:032x}:{}`.
     for client in [0, 1, 0xf, u128::from(u64::MAX), u128::MAX] {
-        for seq in [0, 1, 0xf, 0x10, 0xff, 0x100, u64::from(u32::MAX), u64::MAX] {
+        for seq in [
+            0,
+            1,
+            9,
+            10,
+            0xf,
+            0x10,
+            0xff,
+            0x100,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
             let token = dlock_core::owner_token(ClientId(client), seq);
-            assert_eq!(token, format!("{client:032x}-{seq:x}"));
+            assert_eq!(token.as_str(), format!("{client:032x}-{seq:x}"));
             assert_eq!(dlock_core::token_seq(ClientId(client), &token), Some(seq));
+            let field = dlock_core::redisson::field(ClientId(client), seq);
+            assert_eq!(field.as_str(), format!("{client:032x}:{seq}"));
         }
     }
 }

@@ -177,14 +177,12 @@ fn main() {
     );
     let both = |a: &str, r: &str| {
         let (a, r) = (a.to_owned(), r.to_owned());
-        let ops = ops.clone();
         move |name: &str| {
             let (take, give) = ops(name);
             vec![fcall(&a, take), fcall(&r, give)]
         }
     };
     let yard = |function: &'static str| {
-        let ops = ops.clone();
         Box::new(move |_| {
             let (take, give) = ops("bench-scripts");
             vec![fcall(function, take), fcall(function, give)]
@@ -194,7 +192,6 @@ fn main() {
     let dlock_many = both(&acquire_fn, &release_fn);
     let dlock_yard = both("yard_acquire", "yard_release");
     let dlock_sha = {
-        let ops = ops.clone();
         move |_| {
             let (take, give) = ops("bench-scripts");
             vec![

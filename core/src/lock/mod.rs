@@ -38,6 +38,7 @@ use crate::base::{
 };
 use crate::config::Config;
 use crate::error::Error;
+use crate::owner::OwnerToken;
 use crate::plant::{self, Plant};
 use crate::stats::{Counters, Observation, Observed, Stats};
 use crate::status::HoldInfo;
@@ -130,7 +131,7 @@ pub(crate) trait Backend: Sized + Clone + fmt::Debug {
     ) -> (Self::Tenure, Self::Pending);
 
     /// The owner token of tenure `t` on the server.
-    fn token(&self, t: &Tenure<Self>) -> String;
+    fn token(&self, t: &Tenure<Self>) -> OwnerToken;
 
     /// Starts the acquire of new tenure `seq`.
     fn start(&mut self, life: &mut Lifecycle<Self>, seq: u64);

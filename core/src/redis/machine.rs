@@ -26,7 +26,7 @@ use crate::ids::ClientId;
 use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure, Tenures};
 use crate::lock::{Backend, Lifecycle, Machine, valid_until};
-use crate::owner::{owner_token, token_seq};
+use crate::owner::{OwnerToken, owner_token, token_seq};
 use crate::plant::{self, Plant};
 use crate::redis::{
     self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, RwHold, RwKeys,
@@ -153,7 +153,7 @@ pub(crate) struct RwTarget {
     keys: RwKeys,
     write: bool,
     /// A read hold beside the same owner's write hold: that hold's owner token.
-    downgrade: Option<String>,
+    downgrade: Option<OwnerToken>,
 }
 
 impl Keys {
@@ -240,7 +240,7 @@ pub(crate) fn extend<B: Backend>(
     tenures: &Tenures<B>,
     items: &[(u64, Duration)],
     lock_delay: Duration,
-    key_and_token: impl Fn(&Tenure<B>) -> (String, String),
+    key_and_token: impl Fn(&Tenure<B>) -> (String, OwnerToken),
 ) -> RedisOp {
     redis::extend(items.iter().map(|(s, lease)| {
         let t = tenures
@@ -899,7 +899,7 @@ impl<W: Wire> Backend for Redis<W> {
         (keys, pending)
     }
 
-    fn token(&self, t: &Tenure<Self>) -> String {
+    fn token(&self, t: &Tenure<Self>) -> OwnerToken {
         owner_token(self.client_id, t.seq)
     }
 

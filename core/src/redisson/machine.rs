@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::ids::ClientId;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, valid_until};
+use crate::owner::OwnerToken;
 use crate::plant::{self, Plant};
 use crate::redis::{RedisOp, Value};
 use crate::redisson::{self, AcquireReply, Keys};
@@ -258,7 +259,7 @@ impl Backend for Redisson {
     }
 
     /// The tenure's owner token is its hash field.
-    fn token(&self, t: &Tenure<Self>) -> String {
+    fn token(&self, t: &Tenure<Self>) -> OwnerToken {
         redisson::field(self.client_id, t.seq)
     }
 

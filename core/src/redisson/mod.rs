@@ -13,11 +13,11 @@
 
 pub(crate) mod machine;
 
-use core::fmt::Write as _;
 use core::time::Duration;
 
 use crate::error::Error;
 use crate::ids::ClientId;
+use crate::owner::OwnerToken;
 use crate::redis::{RedisOp, Script, Value, Words};
 use crate::status::LockStatus;
 
@@ -62,10 +62,8 @@ impl Keys {
 
 /// The hash field of tenure `seq` of `client`: `<client id, 32 hex>:<tenure>`, in the shape
 /// of Redisson's `<uuid>:<thread id>`.
-pub fn field(client: ClientId, seq: u64) -> String {
-    let mut field = String::with_capacity(48);
-    let _ = write!(field, "{:032x}:{seq}", client.0);
-    field
+pub fn field(client: ClientId, seq: u64) -> OwnerToken {
+    OwnerToken::new(client, b':', seq, 10)
 }
 
 fn ms(d: Duration) -> String {

@@ -13,7 +13,7 @@ use crate::ids::ClientId;
 use crate::jitter::Jitter;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, Renewal, valid_until};
-use crate::owner::owner_token;
+use crate::owner::{OwnerToken, owner_token};
 use crate::plant::{self, Plant};
 use crate::redis::machine::extend;
 use crate::redis::{self, AcquireReply, Fairness, LockKeys, Mode, RedisOp, ReleaseReply, Value};
@@ -667,7 +667,7 @@ impl Backend for Redlock {
     }
 
     /// The owner token is drawn per attempt: its round's.
-    fn token(&self, t: &Tenure<Self>) -> String {
+    fn token(&self, t: &Tenure<Self>) -> OwnerToken {
         owner_token(self.client_id, t.data.round)
     }
 

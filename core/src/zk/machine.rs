@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::ids::ClientId;
 use crate::lock::tenures::{Held, State, Tenure};
 use crate::lock::{Backend, Lifecycle, Machine, valid_until};
-use crate::owner::owner_token;
+use crate::owner::{OwnerToken, owner_token};
 use crate::plant::{self, Plant};
 use crate::time::{Instant, drift};
 use crate::types::{
@@ -124,7 +124,7 @@ pub(crate) enum Cleanup {
     /// Delete every child of `dir` created for `token` (after a create that got no answer).
     Sweep {
         dir: String,
-        token: String,
+        token: OwnerToken,
     },
 }
 
@@ -389,7 +389,7 @@ impl Zk {
         let mine: Vec<(u64, &str)> = queue
             .iter()
             .copied()
-            .filter(|(_, c)| zk::parse_child(c).is_some_and(|(token, _)| token == own))
+            .filter(|(_, c)| zk::parse_child(c).is_some_and(|(token, _)| token == own.as_str()))
             .collect();
         // Our node: the one we created, or after an unanswered create the first we find.
         let ours = match &p.node {
@@ -584,7 +584,9 @@ impl Zk {
             (Cleanup::Sweep { dir, token }, Ok(ZkReply::Children(children))) => {
                 let doomed: Vec<String> = children
                     .iter()
-                    .filter(|child| zk::parse_child(child).is_some_and(|(t, _)| t == token))
+                    .filter(|child| {
+                        zk::parse_child(child).is_some_and(|(t, _)| t == token.as_str())
+                    })
                     .map(|child| format!("{dir}/{child}"))
                     .collect();
                 self.cleanup.remove(&c);
@@ -787,7 +789,7 @@ impl Backend for Zk {
         (dir, pending)
     }
 
-    fn token(&self, t: &Tenure<Self>) -> String {
+    fn token(&self, t: &Tenure<Self>) -> OwnerToken {
         owner_token(self.client_id, t.seq)
     }
 
