@@ -12,7 +12,7 @@ fn machine_world_exports_the_engine_and_imports_nothing() {
     let (package, _) = resolve.push_dir(&wit).expect("wit/ parses");
     assert_eq!(
         resolve.packages[package].name.to_string(),
-        "dlock:lock@0.14.0"
+        "dlock:lock@0.15.0"
     );
 
     let world = resolve

@@ -198,3 +198,28 @@ impl Machine for WasmMachine {
         Ok(dlock_core::Stats { locks: cv(locks) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::convert::cv;
+    use super::wit::transport::Words;
+
+    #[test]
+    fn a_scripts_words_cross_whole_and_bad_ends_read_nothing() {
+        let words = dlock_core::redis::Words::from(["dlock:{a}:lock", "", "é"]);
+        let wit: Words = cv(words.clone());
+        assert_eq!(
+            (wit.text.as_str(), &wit.ends[..]),
+            ("dlock:{a}:locké", &[14, 14, 16][..])
+        );
+        assert_eq!(cv::<_, dlock_core::redis::Words>(wit), words);
+        // A faulty guest's ends: inside the "é", past the text, falling, short of its end.
+        for ends in [vec![14, 15], vec![17], vec![14, 3, 16], vec![14]] {
+            let wit = Words {
+                text: "dlock:{a}:locké".into(),
+                ends,
+            };
+            assert!(cv::<_, dlock_core::redis::Words>(wit).is_empty());
+        }
+    }
+}

@@ -40,7 +40,7 @@ macro_rules! conversions {
             use super::$wit::transport::{
                 Eval, GetData, Message, NodeOp, Notice, Op, RedisNode, RedisOp, Request, Response,
                 Script, SetData, SqlOp, SqlParam, SqlQuery, SqlValue, Statement, TransportError,
-                ZkOp, ZkReply,
+                Words, ZkOp, ZkReply,
             };
             use super::$wit::types::{
                 Acquire, AcquireMulti, Acquired, AcquiredMulti, Command, Error, Event, Extend,
@@ -178,16 +178,20 @@ macro_rules! conversions {
                 }
             }
 
-            /// A script's keys or arguments as a list of strings, and back.
-            impl Cv<Vec<String>> for core_::redis::Words {
-                fn cv(self) -> Vec<String> {
-                    self.to_vec()
+            /// A script's keys or arguments cross whole: their text and their words' ends.
+            impl Cv<Words> for core_::redis::Words {
+                fn cv(self) -> Words {
+                    let (text, ends) = self.into_parts();
+                    Words { text, ends }
                 }
             }
 
-            impl Cv<core_::redis::Words> for Vec<String> {
+            /// Ends that do not split the text into words (only a faulty guest sends them) make
+            /// an empty list: the host reads nothing past the text or inside a character, and
+            /// sends no word the guest did not write.
+            impl Cv<core_::redis::Words> for Words {
                 fn cv(self) -> core_::redis::Words {
-                    self.into()
+                    core_::redis::Words::from_parts(self.text, self.ends).unwrap_or_default()
                 }
             }
 

@@ -13,8 +13,9 @@ use core::ops::Index;
 pub struct Words {
     /// Every word, one after another.
     text: String,
-    /// Where each word ends in `text`.
-    ends: Vec<usize>,
+    /// Where each word ends in `text`: a script call's words are far below 4 GiB, and a
+    /// `u32` is what the WIT's `words` record carries, so the list crosses whole.
+    ends: Vec<u32>,
 }
 
 impl Words {
@@ -43,24 +44,17 @@ impl Words {
         for part in parts {
             self.text.push_str(part);
         }
-        self.ends.push(self.text.len());
+        let end = u32::try_from(self.text.len()).expect("a script call's words stay below 4 GiB");
+        self.ends.push(end);
     }
 
     /// Appends `n` in decimal.
     pub fn push_number(&mut self, n: u64) {
-        // Digit by digit from the end: `to_string` goes through the formatting machinery,
-        // which costs more than the rest of a request's words.
-        let mut digits = [0u8; 20];
-        let (mut n, mut at) = (n, digits.len());
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        self.push(core::str::from_utf8(&digits[at..]).expect("decimal digits are ASCII"));
+        // Not through `to_string`: the formatting machinery costs more than the rest of a
+        // request's words.
+        let mut scratch = [0u8; 20];
+        let digits = crate::owner::digits(n, 10, &mut scratch);
+        self.push(core::str::from_utf8(digits).expect("decimal digits are ASCII"));
     }
 
     /// The number of words.
@@ -79,8 +73,10 @@ impl Words {
 
     /// Word `i`, if there are more than `i`.
     pub fn get(&self, i: usize) -> Option<&str> {
-        let end = *self.ends.get(i)?;
-        let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
+        let end = *self.ends.get(i)? as usize;
+        let start = i
+            .checked_sub(1)
+            .map_or(0, |before| self.ends[before] as usize);
         Some(&self.text[start..end])
     }
 
@@ -105,6 +101,27 @@ impl Words {
     pub fn to_vec(&self) -> Vec<String> {
         self.iter().map(str::to_owned).collect()
     }
+
+    /// The words one after another, and where each ends: what the WIT's `words` record
+    /// carries.
+    pub fn into_parts(self) -> (String, Vec<u32>) {
+        (self.text, self.ends)
+    }
+
+    /// The list [`Words::into_parts`] gave, or `None` when `ends` does not split `text` into
+    /// words: an end before the one before it, one inside a character, or a last end that is
+    /// not the end of `text`.
+    pub fn from_parts(text: String, ends: Vec<u32>) -> Option<Self> {
+        let mut start = 0;
+        for &end in &ends {
+            let end = end as usize;
+            if end < start || !text.is_char_boundary(end) {
+                return None;
+            }
+            start = end;
+        }
+        (start == text.len()).then_some(Self { text, ends })
+    }
 }
 
 /// The words of a [`Words`], in order.
@@ -114,14 +131,14 @@ pub struct Iter<'a> {
     rest: &'a str,
     /// Where `rest` starts in the list's text.
     start: usize,
-    ends: core::slice::Iter<'a, usize>,
+    ends: core::slice::Iter<'a, u32>,
 }
 
 impl<'a> Iterator for Iter<'a> {
     type Item = &'a str;
 
     fn next(&mut self) -> Option<&'a str> {
-        let end = *self.ends.next()?;
+        let end = *self.ends.next()? as usize;
         let (word, rest) = self.rest.split_at(end - self.start);
         (self.rest, self.start) = (rest, end);
         Some(word)
@@ -168,26 +185,20 @@ impl<S: AsRef<str>> FromIterator<S> for Words {
     }
 }
 
-impl<S: AsRef<str>, const N: usize> From<[S; N]> for Words {
-    fn from(words: [S; N]) -> Self {
+impl<S: AsRef<str>> From<&[S]> for Words {
+    fn from(words: &[S]) -> Self {
         let bytes = words.iter().map(|w| w.as_ref().len()).sum();
-        let mut list = Words::with_capacity(N, bytes);
-        for word in &words {
+        let mut list = Words::with_capacity(words.len(), bytes);
+        for word in words {
             list.push(word.as_ref());
         }
         list
     }
 }
 
-impl From<Vec<String>> for Words {
-    fn from(words: Vec<String>) -> Self {
-        // Sized first: a Wasm host turns every request's lists into these.
-        let bytes = words.iter().map(String::len).sum();
-        let mut list = Words::with_capacity(words.len(), bytes);
-        for word in &words {
-            list.push(word);
-        }
-        list
+impl<S: AsRef<str>, const N: usize> From<[S; N]> for Words {
+    fn from(words: [S; N]) -> Self {
+        Words::from(&words[..])
     }
 }
 
@@ -249,7 +260,25 @@ mod tests {
             format!("{words:?}"),
             r#"["dlock:{a}:lock", "", "dlock:{a}:fence", "0", "18446744073709551615"]"#
         );
-        assert_eq!(Words::from(words.to_vec()), words);
+        assert_eq!(Words::from(&words.to_vec()[..]), words);
+        let (text, ends) = words.clone().into_parts();
+        assert_eq!(ends, [14, 14, 29, 30, 50]);
+        assert_eq!(Words::from_parts(text.clone(), ends), Some(words.clone()));
+        assert_eq!(Words::from_parts(String::new(), vec![]), Some(Words::new()));
+        // Ends that do not split the text into words: falling, past the end, short of it,
+        // inside a character.
+        for ends in [vec![14, 13, 50], vec![14, 51], vec![14, 49], vec![]] {
+            assert_eq!(
+                Words::from_parts(text.clone(), ends.clone()),
+                None,
+                "{ends:?}"
+            );
+        }
+        assert_eq!(Words::from_parts("é".into(), vec![1, 2]), None);
+        assert_eq!(
+            Words::from_parts("é".into(), vec![0, 2]),
+            Some(Words::from(["", "é"]))
+        );
         assert_eq!(Words::new().last(), None);
         assert!(Words::new().is_empty());
         for n in [1, 9, 10, 99, 100, 1_234_567, 10_000_000_000] {
