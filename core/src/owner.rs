@@ -6,7 +6,7 @@ use crate::ids::ClientId;
 /// The owner token of one tenure: the client id as 32 lowercase hex digits, `-`, and the
 /// tenure's sequence number in lowercase hex. Unique per tenure, never reused.
 pub fn owner_token(client: ClientId, seq: u64) -> OwnerToken {
-    OwnerToken::new(client, b'-', seq, 16)
+    OwnerToken::new::<16>(client, b'-', seq)
 }
 
 /// An owner token (or Redisson's hash field, [`crate::redisson::field`]) kept inline: every
@@ -23,8 +23,8 @@ impl OwnerToken {
     /// The longest: 32 hex digits, a separator, and a sequence number's 20 decimal digits.
     const MAX: usize = 32 + 1 + 20;
 
-    /// `client` as 32 lowercase hex digits, `separator`, and `seq` in base `radix` (10 or 16).
-    pub(crate) fn new(client: ClientId, separator: u8, seq: u64, radix: u64) -> Self {
+    /// `client` as 32 lowercase hex digits, `separator`, and `seq` in base `RADIX` (10 or 16).
+    pub(crate) fn new<const RADIX: u64>(client: ClientId, separator: u8, seq: u64) -> Self {
         // Written digit by digit: `format!` of a u128 costs more than the rest of a request.
         let mut bytes = [0u8; Self::MAX];
         for (i, byte) in client.0.to_be_bytes().into_iter().enumerate() {
@@ -33,7 +33,7 @@ impl OwnerToken {
         }
         bytes[32] = separator;
         let mut scratch = [0u8; 20];
-        let seq = digits(seq, radix, &mut scratch);
+        let seq = digits::<RADIX>(seq, &mut scratch);
         bytes[33..33 + seq.len()].copy_from_slice(seq);
         Self {
             bytes,
@@ -92,13 +92,14 @@ impl From<OwnerToken> for String {
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
-/// `n`'s digits in base `radix` (2 to 16), lowercase, written at the end of `scratch`.
-pub(crate) fn digits(n: u64, radix: u64, scratch: &mut [u8; 20]) -> &[u8] {
+/// `n`'s digits in base `RADIX` (2 to 16), lowercase, written at the end of `scratch`. The
+/// base is a constant so that dividing by it compiles to a multiplication, not a division.
+pub(crate) fn digits<const RADIX: u64>(n: u64, scratch: &mut [u8; 20]) -> &[u8] {
     let (mut n, mut at) = (n, scratch.len());
     loop {
         at -= 1;
-        scratch[at] = DIGITS[(n % radix) as usize];
-        n /= radix;
+        scratch[at] = DIGITS[(n % RADIX) as usize];
+        n /= RADIX;
         if n == 0 {
             return &scratch[at..];
         }

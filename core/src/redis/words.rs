@@ -53,7 +53,7 @@ impl Words {
         // Not through `to_string`: the formatting machinery costs more than the rest of a
         // request's words.
         let mut scratch = [0u8; 20];
-        let digits = crate::owner::digits(n, 10, &mut scratch);
+        let digits = crate::owner::digits::<10>(n, &mut scratch);
         self.push(core::str::from_utf8(digits).expect("decimal digits are ASCII"));
     }
 

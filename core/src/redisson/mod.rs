@@ -63,7 +63,7 @@ impl Keys {
 /// The hash field of tenure `seq` of `client`: `<client id, 32 hex>:<tenure>`, in the shape
 /// of Redisson's `<uuid>:<thread id>`.
 pub fn field(client: ClientId, seq: u64) -> OwnerToken {
-    OwnerToken::new(client, b':', seq, 10)
+    OwnerToken::new::<10>(client, b':', seq)
 }
 
 fn ms(d: Duration) -> String {
