@@ -92,9 +92,11 @@ impl From<OwnerToken> for String {
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
-/// `n`'s digits in base `RADIX` (2 to 16), lowercase, written at the end of `scratch`. The
-/// base is a constant so that dividing by it compiles to a multiplication, not a division.
+/// `n`'s digits in base `RADIX`, 10 or 16 (at most 20 digits), lowercase, written at the end
+/// of `scratch`. The base is a constant so that dividing by it compiles to a multiplication,
+/// not a division.
 pub(crate) fn digits<const RADIX: u64>(n: u64, scratch: &mut [u8; 20]) -> &[u8] {
+    const { assert!(RADIX == 10 || RADIX == 16) };
     let (mut n, mut at) = (n, scratch.len());
     loop {
         at -= 1;
