@@ -708,7 +708,7 @@ impl Mode {
 }
 
 /// `d` in whole milliseconds, as the scripts take durations (no lease reaches 2^64 ms).
-fn ms(d: Duration) -> u64 {
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

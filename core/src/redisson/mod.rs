@@ -66,17 +66,18 @@ pub fn field(client: ClientId, seq: u64) -> OwnerToken {
     OwnerToken::new::<10>(client, b':', seq)
 }
 
-fn ms(d: Duration) -> String {
-    d.as_millis().to_string()
-}
-
 /// REDISSON-ACQUIRE: hold the lock with `field` for `lease` if it is free (or already the
 /// field's); read by [`parse_acquire`].
 pub fn acquire(keys: &Keys, field: &str, lease: Duration) -> RedisOp {
     RedisOp::Eval {
         script: Script::RedissonAcquire,
         keys: [&keys.lock, &keys.fence].into(),
-        args: [field, &ms(lease)].into(),
+        args: {
+            let mut args = Words::with_capacity(2, field.len() + 20);
+            args.push(field);
+            args.push_number(crate::redis::ms(lease));
+            args
+        },
     }
 }
 
