@@ -187,6 +187,13 @@ impl Machine for WasmMachine {
         let input = input.map(cv);
         let stepped =
             self.call(|g, store, h| g.call_step(store, h, now.as_nanos(), input.as_ref()))?;
+        if let Some(bad) = stepped.outputs.iter().find_map(malformed_words) {
+            return Err(MachineError(format!(
+                "the Wasm engine sent words whose ends {:?} do not split their {} bytes",
+                bad.ends,
+                bad.text.len()
+            )));
+        }
         Ok(Step {
             outputs: stepped.outputs.into_iter().map(cv).collect(),
             timeout: stepped.timeout.map(dlock_core::Instant::from_nanos),
@@ -199,13 +206,35 @@ impl Machine for WasmMachine {
     }
 }
 
+/// A script call's keys or arguments in `output` whose ends do not split their text: only a
+/// faulty guest sends them, and they are refused before anything reaches a server.
+fn malformed_words(output: &wit::engine::Output) -> Option<&wit::transport::Words> {
+    use wit::transport::{NodeOp, Op, RedisOp, Request};
+    let wit::engine::Output::Request(Request { op, .. }) = output else {
+        return None;
+    };
+    let (Op::Redis(RedisOp::Eval(eval))
+    | Op::Redlock(NodeOp {
+        op: RedisOp::Eval(eval),
+        ..
+    })) = op
+    else {
+        return None;
+    };
+    [&eval.keys, &eval.args]
+        .into_iter()
+        .find(|w| !dlock_core::redis::Words::splits(&w.text, &w.ends))
+}
+
 #[cfg(test)]
 mod tests {
     use super::convert::cv;
-    use super::wit::transport::Words;
+    use super::malformed_words;
+    use super::wit::engine::Output;
+    use super::wit::transport::{Eval, NodeOp, Op, RedisOp, Request, Script, Words};
 
     #[test]
-    fn a_scripts_words_cross_whole_and_bad_ends_read_nothing() {
+    fn a_scripts_words_cross_whole_and_bad_ends_are_refused() {
         let words = dlock_core::redis::Words::from(["dlock:{a}:lock", "", "é"]);
         let wit: Words = cv(words.clone());
         assert_eq!(
@@ -214,12 +243,36 @@ mod tests {
         );
         assert_eq!(cv::<_, dlock_core::redis::Words>(wit), words);
         // A faulty guest's ends: inside the "é", past the text, falling, short of its end.
+        // The host refuses its request (`WasmMachine::step`), whether in the keys or the
+        // arguments, on one Redis or a Redlock node.
         for ends in [vec![14, 15], vec![17], vec![14, 3, 16], vec![14]] {
-            let wit = Words {
+            let bad = Words {
                 text: "dlock:{a}:locké".into(),
                 ends,
             };
-            assert!(cv::<_, dlock_core::redis::Words>(wit).is_empty());
+            let good: Words = cv(dlock_core::redis::Words::from(["x"]));
+            let eval = |keys: &Words, args: &Words| Eval {
+                script: Script::Acquire,
+                keys: keys.clone(),
+                args: args.clone(),
+            };
+            let requests = [
+                Op::Redis(RedisOp::Eval(eval(&bad, &good))),
+                Op::Redlock(NodeOp {
+                    node: 2,
+                    op: RedisOp::Eval(eval(&good, &bad)),
+                }),
+            ];
+            for op in requests {
+                let output = Output::Request(Request { id: 7, op });
+                assert_eq!(malformed_words(&output).map(|w| &w.ends), Some(&bad.ends));
+            }
+            let fine = Output::Request(Request {
+                id: 7,
+                op: Op::Redis(RedisOp::Eval(eval(&good, &good))),
+            });
+            assert!(malformed_words(&fine).is_none());
+            assert!(cv::<_, dlock_core::redis::Words>(bad).is_empty());
         }
     }
 }

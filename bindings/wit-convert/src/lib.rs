@@ -186,9 +186,9 @@ macro_rules! conversions {
                 }
             }
 
-            /// Ends that do not split the text into words (only a faulty guest sends them) make
-            /// an empty list: the host reads nothing past the text or inside a character, and
-            /// sends no word the guest did not write.
+            /// Ends that do not split the text into words (only a faulty guest sends them, and
+            /// `dlock-wasmtime` refuses its output before converting it) make an empty list:
+            /// never a read past the text or inside a character.
             impl Cv<core_::redis::Words> for Words {
                 fn cv(self) -> core_::redis::Words {
                     core_::redis::Words::from_parts(self.text, self.ends).unwrap_or_default()

@@ -112,15 +112,20 @@ impl Words {
     /// words: an end before the one before it, one inside a character, or a last end that is
     /// not the end of `text`.
     pub fn from_parts(text: String, ends: Vec<u32>) -> Option<Self> {
+        Self::splits(&text, &ends).then_some(Self { text, ends })
+    }
+
+    /// Whether `ends` splits `text` into words, as [`Words::from_parts`] requires.
+    pub fn splits(text: &str, ends: &[u32]) -> bool {
         let mut start = 0;
-        for &end in &ends {
+        for &end in ends {
             let end = end as usize;
             if end < start || !text.is_char_boundary(end) {
-                return None;
+                return false;
             }
             start = end;
         }
-        (start == text.len()).then_some(Self { text, ends })
+        start == text.len()
     }
 }
 
