@@ -49,6 +49,7 @@
 //! `zk-no-drift` in 16 with skewed clocks, `observer-forgets-term` in 16 on Redis's
 //! election; the others need messages that take time, which the simulation has.
 
+use std::cell::{Cell, RefCell};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -139,9 +140,78 @@ struct Hold {
     kind: Kind,
 }
 
+/// A client's engine (none once its process crashed), and the hash of its `Debug` text, which
+/// the state's fingerprint uses: kept until the engine is next borrowed mutably, since most
+/// moves leave most engines as they were.
+#[derive(Clone)]
+struct Live {
+    engine: Option<Engine>,
+    hash: Cell<Option<u64>>,
+}
+
+impl Live {
+    fn new(engine: Engine) -> Self {
+        Live {
+            engine: Some(engine),
+            hash: Cell::new(None),
+        }
+    }
+
+    fn crash(&mut self) {
+        *self = Live {
+            engine: None,
+            hash: Cell::new(None),
+        };
+    }
+
+    fn is_some(&self) -> bool {
+        self.engine.is_some()
+    }
+
+    fn is_none(&self) -> bool {
+        self.engine.is_none()
+    }
+
+    fn as_ref(&self) -> Option<&Engine> {
+        self.engine.as_ref()
+    }
+
+    fn as_mut(&mut self) -> Option<&mut Engine> {
+        self.hash.set(None);
+        self.engine.as_mut()
+    }
+
+    fn hash(&self) -> u64 {
+        if let Some(hash) = self.hash.get() {
+            return hash;
+        }
+        thread_local!(static TEXT: RefCell<String> = const { RefCell::new(String::new()) });
+        let hash = TEXT.with_borrow_mut(|text| hash_debug(text, &self.engine));
+        self.hash.set(Some(hash));
+        hash
+    }
+}
+
+/// Shows the engine's hash: what the state's fingerprint needs of it.
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.hash())
+    }
+}
+
+/// The hash of `value`'s `Debug` text, written into `text` (a buffer reused from call to call).
+fn hash_debug(text: &mut String, value: &dyn std::fmt::Debug) -> u64 {
+    use std::fmt::Write;
+    text.clear();
+    write!(text, "{value:?}").expect("a String takes any text");
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
 #[derive(Debug, Clone)]
 struct Proc {
-    engine: Option<Engine>,
+    engine: Live,
     /// In flight on its connection, oldest first: requests, replies, wake-ups.
     requests: VecDeque<Request>,
     replies: VecDeque<Input>,
@@ -300,7 +370,7 @@ impl Model {
             };
             let engine = Engine::new(config, Instant::from_nanos(0)).expect("config");
             s.procs.push(Proc {
-                engine: Some(engine),
+                engine: Live::new(engine),
                 requests: VecDeque::new(),
                 replies: VecDeque::new(),
                 wake_ups: VecDeque::new(),
@@ -542,7 +612,7 @@ impl Model {
             }
             Move::Crash(c) => {
                 let p = &mut s.procs[c];
-                p.engine = None;
+                p.engine.crash();
                 if let Some(zk) = p.zk.as_mut() {
                     zk.connected = false;
                 }
@@ -863,7 +933,7 @@ impl Model {
     fn check(&self, s: &State) -> Result<(), String> {
         let mut valid = Vec::new();
         for (c, p) in s.procs.iter().enumerate() {
-            let (Some(_), Some(h)) = (&p.engine, &p.held) else {
+            let (true, Some(h)) = (p.engine.is_some(), &p.held) else {
                 continue;
             };
             // Check 3 is for a running process; a paused one hears first thing on resuming.
@@ -929,10 +999,13 @@ impl Model {
         })
     }
 
+    /// The hash of the state's contents; engines count by their own hashes ([`Live`]).
     fn fingerprint(s: &State) -> u64 {
+        thread_local!(static TEXT: RefCell<String> = const { RefCell::new(String::new()) });
         let mut h = DefaultHasher::new();
         (s.now, s.last_token, s.faults, s.ticks, &s.proclaimed).hash(&mut h);
-        format!("{:?}{:?}{:?}", s.procs, s.server, s.subscribers).hash(&mut h);
+        TEXT.with_borrow_mut(|text| hash_debug(text, &(&s.procs, &s.server, &s.subscribers)))
+            .hash(&mut h);
         h.finish()
     }
 
@@ -976,17 +1049,18 @@ impl Model {
                 continue;
             }
             for m in moves {
-                let label = self.describe(&s, m);
+                // A move is described only for a path that may be printed: to a new state or
+                // to a violation.
                 match self.apply(&s, m) {
                     Ok(next) => {
                         if seen.len() >= limit || !seen.insert(Self::fingerprint(&next)) {
                             continue;
                         }
-                        path.push((node, label));
+                        path.push((node, self.describe(&s, m)));
                         queue.push_back((next, path.len() - 1, level + 1));
                     }
                     Err(violation) => {
-                        let steps = trace(&path, node, label);
+                        let steps = trace(&path, node, self.describe(&s, m));
                         return Err(format!(
                             "{}: {violation}\nshortest path ({} moves):\n{steps}",
                             self.name(),
