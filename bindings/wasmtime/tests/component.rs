@@ -13,9 +13,15 @@ use dlock_core::{
 use dlock_testkit::Rng;
 use dlock_wasmtime::WasmComponent;
 
+/// dlock.wasm, compiled once for all the tests here (a debug build takes seconds for it).
 fn component() -> WasmComponent {
-    let path = dlock_testkit::wasm_component();
-    WasmComponent::from_file(&path).unwrap_or_else(|e| panic!("{e} (build it with `just wasm`)"))
+    static COMPONENT: std::sync::OnceLock<WasmComponent> = std::sync::OnceLock::new();
+    COMPONENT
+        .get_or_init(|| {
+            WasmComponent::from_file(dlock_testkit::wasm_component())
+                .unwrap_or_else(|e| panic!("{e} (build it with `just wasm`)"))
+        })
+        .clone()
 }
 
 #[test]
