@@ -27,25 +27,31 @@ async fn five_nodes_exclude_count_exactly_and_fence() {
     let client = connect(&url).await.unwrap();
     let guard = client.lock("job").owner(1).acquire().await.unwrap();
     let token = guard.fencing_token();
-    // The majority view has the tenure's token at once; every node records it once its
-    // grant (which may come after the majority's) has been raised to it.
+    // The majority view has the tenure's token at once: a majority granted it, or was raised
+    // to it, before the acquire returned. The other nodes' grants and raises may still be on
+    // their way (a status request goes straight to the nodes, past the engine's requests in
+    // flight), and each of them records the token once they land.
     let status = client.status("job").await.unwrap();
     assert_eq!(status.fencing_token, token);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    // Only a bound for a client that never raises a node; the loop ends on what the nodes say.
+    let stuck = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let per_node = client.node_status("job").await.unwrap();
         assert_eq!(per_node.len(), 5);
         let views: Vec<_> = per_node.into_iter().map(Result::unwrap).collect();
+        let carrying = views
+            .iter()
+            .filter(|s| s.owner.is_some() && s.fencing_token == token && s.latest_token >= token)
+            .count();
         assert!(
-            views
-                .iter()
-                .all(|s| s.owner.is_some() && s.latest_token >= token)
+            carrying >= 3,
+            "no majority carries token {token}: {views:?}"
         );
-        if views.iter().all(|s| s.fencing_token == token) {
+        if carrying == 5 {
             break;
         }
         assert!(
-            std::time::Instant::now() < deadline,
+            std::time::Instant::now() < stuck,
             "nodes never all recorded token {token}: {views:?}"
         );
         tokio::time::sleep(10 * MS).await;
