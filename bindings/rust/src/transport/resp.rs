@@ -349,21 +349,12 @@ fn parse(buf: &[u8], at: usize) -> Result<Option<(Reply, usize)>, String> {
 }
 
 fn parse_in(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)>, String> {
-    let Some(end) = buf
-        .get(at..)
-        .and_then(|rest| rest.windows(2).position(|w| w == b"\r\n"))
-        .map(|n| at + n)
-    else {
+    let Some(end) = line_end(buf, at) else {
         return Ok(None);
     };
     let (kind, line, next) = (buf[at], &buf[at + 1..end], end + 2);
     let text = || String::from_utf8_lossy(line).into_owned();
-    let number = || -> Result<i64, String> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("not a number: {:?}", text()))
-    };
+    let number = || integer(line).ok_or_else(|| format!("not a number: {:?}", text()));
     Ok(Some(match kind {
         b'+' => (Ok(Value::Status(text())), next),
         b'-' => (Err(Failure::Server(text())), next),
@@ -408,6 +399,48 @@ fn parse_in(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
         },
         other => return Err(format!("a reply of unknown kind {:?}", other as char)),
     }))
+}
+
+/// Where the line that starts at `buf[at..]` ends: the index of its `\r\n`, once `buf` has it.
+fn line_end(buf: &[u8], at: usize) -> Option<usize> {
+    let mut from = at;
+    loop {
+        let cr = from + buf.get(from..)?.iter().position(|&b| b == b'\r')?;
+        match buf.get(cr + 1) {
+            Some(b'\n') => return Some(cr),
+            Some(_) => from = cr + 1,
+            None => return None,
+        }
+    }
+}
+
+/// The integer a reply's line spells (`-` and decimal digits, as `i64` parses it, read
+/// straight from the bytes); `None` if it spells none or one out of range.
+fn integer(line: &[u8]) -> Option<i64> {
+    let (negative, digits) = match line {
+        [b'-', digits @ ..] => (true, digits),
+        [b'+', digits @ ..] => (false, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        // Toward the sign, so that i64::MIN is read too.
+        n = n.checked_mul(10).and_then(|n| {
+            if negative {
+                n.checked_sub(d)
+            } else {
+                n.checked_add(d)
+            }
+        })?;
+    }
+    Some(n)
 }
 
 #[cfg(test)]
@@ -460,6 +493,39 @@ mod tests {
         let (_, at) = one(two).unwrap().unwrap();
         let (second, end) = parse(two, at).unwrap().unwrap();
         assert_eq!((second.unwrap(), end), (Value::Nil, two.len()));
+    }
+
+    #[test]
+    fn integers_are_read_as_i64_parses_them_and_a_lone_cr_stays_in_its_line() {
+        for line in [
+            "0",
+            "7",
+            "-1",
+            "+5",
+            "1764000000000000",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "",
+            "-",
+            "+",
+            "--1",
+            "1 ",
+            "１",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(
+                integer(line.as_bytes()),
+                line.parse::<i64>().ok(),
+                "{line:?}"
+            );
+        }
+        let Some((Ok(Value::Status(status)), used)) = one(b"+a\rb\r\n:1\r\n").unwrap() else {
+            panic!("a status line")
+        };
+        assert_eq!((status.as_str(), used), ("a\rb", 6));
+        assert!(one(b"+a\r").unwrap().is_none());
     }
 
     #[test]
