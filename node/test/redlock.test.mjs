@@ -20,16 +20,17 @@ test('Redlock excludes, renews on a majority and fences', async () => {
   const a = await connect(url())
   const b = await connect(url())
   const held = await a.lock('job', { leaseMs: 3000 }).acquire()
-  assert.equal(await b.lock('job').tryAcquire(), null)
-  const status = await a.status('job')
-  assert.equal(status.fencingToken, held.fencingToken)
   // An acquire returns once a majority grants it; the third node's grant may still be on its
-  // way. Only with all three does losing one leave the two that renewals need: wait for it.
+  // way. Only with all three does losing one leave the two that renewals need: wait for it,
+  // before a contender's try could take the third node in between.
   const stuck = Date.now() + 10000
   while (!nodes.every((n) => expiry(n) > 0)) {
     assert.ok(Date.now() < stuck, 'a did not get the lock on every node')
     await sleep(10)
   }
+  assert.equal(await b.lock('job').tryAcquire(), null)
+  const status = await a.status('job')
+  assert.equal(status.fencingToken, held.fencingToken)
   // One node's keys vanish behind the holder's back: the other two renew it, which moves
   // their copies' expiry on (waited for as it happens, not for a time).
   nodes[0].cli('FLUSHALL')
