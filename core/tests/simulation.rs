@@ -1536,9 +1536,20 @@ impl World {
             if (40..50).contains(&roll) && self.redlock.is_none() && !self.redisson {
                 // A read or write hold of a read-write lock (not Redlock), never an upgrade: an
                 // owner that holds or waits for a read hold does not ask to write.
-                let name = (*self.rng.pick(&RW_LOCKS)).to_owned();
-                let owner = self.rng.range(1, 2);
-                let write = self.rng.chance(400);
+                // Half the time a client that holds a write hold downgrades it: asks the same
+                // owner's read of the same lock (a read granted beside that writer only).
+                let held_write = self.clients[c].beliefs.values().find_map(|b| match b.what {
+                    What::Write(owner) => Some((b.locks[0].0.clone(), owner)),
+                    _ => None,
+                });
+                let (name, owner, write) = match held_write {
+                    Some((name, owner)) if self.rng.chance(500) => (name, owner, false),
+                    _ => (
+                        (*self.rng.pick(&RW_LOCKS)).to_owned(),
+                        self.rng.range(1, 2),
+                        self.rng.chance(400),
+                    ),
+                };
                 let what = if write {
                     What::Write(owner)
                 } else {
