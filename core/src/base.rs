@@ -2,7 +2,7 @@
 //! their timeouts, the timer table and the output queue.
 
 use core::time::Duration;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::error::{Error, MAX_LEASE, MAX_NAME_LEN, MAX_PERMITS, MAX_VALUE_LEN, MIN_LEASE};
 use crate::time::Instant;
@@ -16,6 +16,68 @@ use crate::types::{
 pub(crate) struct InFlight<P> {
     pub(crate) sent_at: Instant,
     pub(crate) purpose: P,
+    /// Whether its timeout is a [`Timer::Request`] in the timer table rather than in
+    /// [`Base`]'s queue of deadlines.
+    timer: bool,
+}
+
+/// The requests under way, by id. Ids are handed out in order and never reused, so this is
+/// a queue of slots from the oldest id still in flight: a request's slot is emptied when it
+/// is answered or times out, and emptied slots at the front are dropped. Adding, finding
+/// and taking a request cost O(1), and once the queue has grown to the most requests in
+/// flight at once, nothing is allocated.
+#[derive(Clone, Debug)]
+pub(crate) struct InFlightTable<P> {
+    /// The id of `slots[0]`.
+    first: u64,
+    slots: VecDeque<Option<InFlight<P>>>,
+}
+
+impl<P> InFlightTable<P> {
+    fn new() -> Self {
+        Self {
+            first: 0,
+            slots: VecDeque::new(),
+        }
+    }
+
+    /// Adds request `id`, the next id after every one added before.
+    fn insert(&mut self, id: RequestId, req: InFlight<P>) {
+        if self.slots.is_empty() {
+            self.first = id.0;
+        }
+        debug_assert_eq!(id.0, self.first + self.slots.len() as u64);
+        self.slots.push_back(Some(req));
+    }
+
+    fn slot(&self, id: RequestId) -> Option<usize> {
+        let at = usize::try_from(id.0.checked_sub(self.first)?).ok()?;
+        (at < self.slots.len()).then_some(at)
+    }
+
+    fn contains(&self, id: RequestId) -> bool {
+        self.slot(id).is_some_and(|at| self.slots[at].is_some())
+    }
+
+    fn remove(&mut self, id: RequestId) -> Option<InFlight<P>> {
+        let at = self.slot(id)?;
+        let req = self.slots[at].take()?;
+        while let Some(None) = self.slots.front() {
+            self.slots.pop_front();
+            self.first += 1;
+        }
+        Some(req)
+    }
+
+    /// Every request under way, oldest first.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut InFlight<P>> {
+        self.slots.iter_mut().flatten()
+    }
+
+    /// Takes every request under way, oldest first.
+    fn drain(&mut self) -> Vec<InFlight<P>> {
+        self.slots.drain(..).flatten().collect()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -23,7 +85,14 @@ pub(crate) struct Base<P, T> {
     pub(crate) now: Instant,
     pub(crate) request_timeout: Duration,
     next_request: u64,
-    pub(crate) requests: BTreeMap<RequestId, InFlight<P>>,
+    pub(crate) requests: InFlightTable<P>,
+    /// When requests under way time out, earliest first, with ties in the order they were
+    /// sent; its front is always a request still in flight. A request whose deadline is
+    /// earlier than the last one queued here (a Redlock node's timeout, which scales with the
+    /// lease) has a [`Timer::Request`] in `timers` instead. Every other request's deadline is
+    /// `now + request_timeout` when it is sent, so they arrive in order and are queued and
+    /// dropped in O(1).
+    deadlines: VecDeque<(Instant, RequestId)>,
     pub(crate) timers: Timers<T>,
     out: VecDeque<Output>,
     /// Ops that have not had their terminal event yet.
@@ -38,7 +107,8 @@ impl<P, T: Copy + Ord> Base<P, T> {
             now,
             request_timeout,
             next_request: 1,
-            requests: BTreeMap::new(),
+            requests: InFlightTable::new(),
+            deadlines: VecDeque::new(),
             timers: Timers::default(),
             out: VecDeque::new(),
             ops: BTreeSet::new(),
@@ -46,17 +116,55 @@ impl<P, T: Copy + Ord> Base<P, T> {
         }
     }
 
-    /// Moves the clock forward (never back) and returns the next timer due, if any.
+    /// Moves the clock forward (never back) and returns the next timer due, if any: the
+    /// earliest, and at the same instant, in [`Timer`]'s order.
     pub(crate) fn due(&mut self, now: Instant) -> Option<Timer<T>> {
         self.now = self.now.max(now);
-        self.timers.pop_due(self.now)
+        let request = self
+            .deadlines
+            .front()
+            .map(|&(at, id)| (at, Timer::Request(id.0)));
+        match request {
+            Some(first) if self.timers.first().is_none_or(|other| first < other) => {
+                if first.0 > self.now {
+                    return None;
+                }
+                self.deadlines.pop_front();
+                self.drop_answered_deadlines();
+                Some(first.1)
+            }
+            _ => self.timers.pop_due(self.now),
+        }
     }
 
-    /// Takes the request a reply answers, `None` for an unknown or timed-out id.
+    /// When the next timer is due, if one is set.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let request = self.deadlines.front().map(|&(at, _)| at);
+        match (request, self.timers.next()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes the request a reply answers, or that timed out: `None` for an unknown id or one
+    /// already taken.
     pub(crate) fn answered(&mut self, id: RequestId) -> Option<InFlight<P>> {
-        let req = self.requests.remove(&id)?;
-        self.timers.clear(Timer::Request(id.0));
+        let req = self.requests.remove(id)?;
+        if req.timer {
+            self.timers.clear(Timer::Request(id.0));
+        }
+        self.drop_answered_deadlines();
         Some(req)
+    }
+
+    /// Keeps the front of `deadlines` a request still in flight.
+    fn drop_answered_deadlines(&mut self) {
+        while let Some(&(_, id)) = self.deadlines.front() {
+            if self.requests.contains(id) {
+                break;
+            }
+            self.deadlines.pop_front();
+        }
     }
 
     /// Whether a command with this op id is under way.
@@ -93,14 +201,22 @@ impl<P, T: Copy + Ord> Base<P, T> {
     pub(crate) fn send_within(&mut self, op: Op, purpose: P, timeout: Duration) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
-        self.requests.insert(
-            id,
-            InFlight {
-                sent_at: self.now,
-                purpose,
-            },
-        );
-        self.timers.set(Timer::Request(id.0), self.now + timeout);
+        let deadline = self.now + timeout;
+        let timer = self
+            .deadlines
+            .back()
+            .is_some_and(|&(last, _)| deadline < last);
+        if timer {
+            self.timers.set(Timer::Request(id.0), deadline);
+        } else {
+            self.deadlines.push_back((deadline, id));
+        }
+        let req = InFlight {
+            sent_at: self.now,
+            purpose,
+            timer,
+        };
+        self.requests.insert(id, req);
         self.out.push_back(Output::Request(Request { id, op }));
     }
 
@@ -125,7 +241,8 @@ impl<P, T: Copy + Ord> Base<P, T> {
     pub(crate) fn close(&mut self) -> Vec<InFlight<P>> {
         self.closed = true;
         self.timers = Timers::default();
-        std::mem::take(&mut self.requests).into_values().collect()
+        self.deadlines.clear();
+        self.requests.drain()
     }
 }
 
@@ -227,4 +344,82 @@ pub(crate) fn unpack<T>(
 /// How long to wait before trying a failed request again.
 pub(crate) fn retry_delay(scale: Duration) -> Duration {
     (scale / 10).min(Duration::from_millis(250))
+}
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use super::Base;
+    use crate::redis::RedisOp;
+    use crate::time::Instant;
+    use crate::timers::Timer;
+    use crate::types::{Op, RequestId};
+
+    fn op() -> Op {
+        Op::Redis(RedisOp::Subscribe {
+            channel: "c".into(),
+        })
+    }
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    /// Requests whose deadlines come in order are queued, the others are timers; either
+    /// way every timer fires earliest first, requests before other timers at the same
+    /// instant, and requests among themselves in the order they were sent.
+    #[test]
+    fn request_timeouts_fire_in_timer_order_wherever_they_are_kept() {
+        let mut base: Base<u32, ()> = Base::new(at(0), Duration::from_millis(10));
+        base.send(op(), 1); // due at 10, queued
+        base.send_within(op(), 2, Duration::from_millis(20)); // due at 20, queued
+        base.send_within(op(), 3, Duration::from_millis(10)); // due at 10: before 20, a timer
+        base.timers.set(Timer::Renew(7), at(10));
+        base.send_within(op(), 4, Duration::from_millis(5)); // due at 5, a timer
+        assert_eq!(base.next_deadline(), Some(at(5)));
+        // Answered: its timer goes with it.
+        assert_eq!(base.answered(RequestId(4)).map(|r| r.purpose), Some(4));
+        assert_eq!(base.next_deadline(), Some(at(10)));
+        assert_eq!(base.due(at(9)), None);
+        let fired: Vec<_> = std::iter::from_fn(|| base.due(at(10))).collect();
+        assert_eq!(
+            fired,
+            [Timer::Request(1), Timer::Request(3), Timer::Renew(7)]
+        );
+        for id in [1, 3] {
+            assert!(base.answered(RequestId(id)).is_some());
+        }
+        // Answered twice, or never sent: nothing.
+        assert!(base.answered(RequestId(1)).is_none());
+        assert!(base.answered(RequestId(99)).is_none());
+        assert_eq!(base.next_deadline(), Some(at(20)));
+        assert_eq!(base.answered(RequestId(2)).map(|r| r.purpose), Some(2));
+        assert_eq!(base.next_deadline(), None);
+        assert_eq!(base.due(at(100)), None);
+    }
+
+    /// Answers in any order leave the queue's front a request still in flight, and the
+    /// requests under way in the order they were sent.
+    #[test]
+    fn answers_out_of_order_keep_the_oldest_request_due_first() {
+        let mut base: Base<u32, ()> = Base::new(at(0), Duration::from_millis(10));
+        for ms in 0..5 {
+            base.due(at(ms));
+            base.send(op(), ms as u32);
+        }
+        for id in [2, 4, 1] {
+            assert!(base.answered(RequestId(id)).is_some());
+        }
+        // Request 1 went at 0 (due at 10); 3 at 2 (due at 12); 5 at 4 (due at 14).
+        assert_eq!(base.next_deadline(), Some(at(12)));
+        let left: Vec<u32> = base.requests.values_mut().map(|r| r.purpose).collect();
+        assert_eq!(left, [2, 4]);
+        assert_eq!(base.due(at(20)), Some(Timer::Request(3)));
+        assert!(base.answered(RequestId(3)).is_some());
+        assert_eq!(base.due(at(20)), Some(Timer::Request(5)));
+        assert!(base.answered(RequestId(5)).is_some());
+        assert_eq!(base.due(at(20)), None);
+        assert!(base.close().is_empty());
+    }
 }

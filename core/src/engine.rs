@@ -269,7 +269,7 @@ impl Engine {
     /// When [`handle_timeout`](Self::handle_timeout) must be called next, `None` if no timer is set.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        with_machine!(self, m => m.base_ref().timers.next())
+        with_machine!(self, m => m.base_ref().next_deadline())
     }
 
     /// One event in one call: [`handle_input`](Self::handle_input) (or, with `None`,

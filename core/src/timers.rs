@@ -64,6 +64,11 @@ impl<T: Copy + Ord> Timers<T> {
         self.by_time.first().map(|(at, _)| *at)
     }
 
+    /// The earliest timer and when it is due.
+    pub(crate) fn first(&self) -> Option<(Instant, Timer<T>)> {
+        self.by_time.first().copied()
+    }
+
     /// Removes and returns the earliest timer due at `now`.
     pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Timer<T>> {
         let &(at, timer) = self.by_time.first()?;

@@ -748,7 +748,7 @@ impl<B: Backend> Machine<B> {
         let (life, b) = (&mut self.life, &mut self.backend);
         match timer {
             Timer::Request(id) => {
-                if let Some(req) = life.base.requests.remove(&RequestId(id)) {
+                if let Some(req) = life.base.answered(RequestId(id)) {
                     b.on_reply(life, req, Err(Error::Timeout));
                 }
             }
