@@ -10,6 +10,7 @@
 //! engine against the reference Redis and ZooKeeper of `dlock-core`) and checked in; runners
 //! only read them.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use dlock::Machine;
@@ -63,11 +64,12 @@ pub fn replay<M: Machine + ?Sized>(
             }
             None => None,
         };
-        let stepped = engine
-            .step(now, input)
-            .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?;
-        let outputs: Vec<Json> = stepped.outputs.iter().map(output_to_json).collect();
-        let timeout = stepped.timeout.map(Instant::as_nanos);
+        let mut stepped = VecDeque::new();
+        let timeout = engine
+            .step(now, input, &mut stepped)
+            .map_err(|e| format!("{name} step {i}: the engine failed: {e}"))?
+            .map(Instant::as_nanos);
+        let outputs: Vec<Json> = stepped.iter().map(output_to_json).collect();
         let expected = step["outputs"].as_array().map_or(&[][..], Vec::as_slice);
         let feeding = step
             .get("input")

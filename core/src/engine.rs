@@ -276,13 +276,25 @@ impl Engine {
     /// [`handle_timeout`](Self::handle_timeout)), then every output and the next deadline —
     /// for a host that pays per call into the engine (a Wasm component's boundary).
     pub fn step(&mut self, now: Instant, input: Option<Input>) -> Step {
+        let mut outputs = Vec::new();
+        let timeout = self.step_into(now, input, &mut outputs);
+        Step { outputs, timeout }
+    }
+
+    /// [`step`](Self::step) into a buffer of the caller's: the outputs are appended to
+    /// `outputs`, and the next deadline is returned. A host that steps on every reply keeps
+    /// one buffer, rather than a new list per step.
+    pub fn step_into(
+        &mut self,
+        now: Instant,
+        input: Option<Input>,
+        outputs: &mut impl Extend<Output>,
+    ) -> Option<Instant> {
         match input {
             Some(input) => self.handle_input(now, input),
             None => self.handle_timeout(now),
         }
-        Step {
-            outputs: std::iter::from_fn(|| self.poll_output()).collect(),
-            timeout: self.poll_timeout(),
-        }
+        outputs.extend(std::iter::from_fn(|| self.poll_output()));
+        self.poll_timeout()
     }
 }

@@ -305,11 +305,8 @@ impl Driver {
 
     /// Runs one event through the engine (`None`: the timers due now) and keeps what follows.
     fn step(&mut self, input: Option<Input>) {
-        match self.engine.step(self.now(), input) {
-            Ok(step) => {
-                self.outputs.extend(step.outputs);
-                self.deadline = step.timeout;
-            }
+        match self.engine.step(self.now(), input, &mut self.outputs) {
+            Ok(deadline) => self.deadline = deadline,
             Err(e) => {
                 tracing::error!(error = %e, "the lock engine failed; this client stops");
                 self.broken.get_or_insert(e);

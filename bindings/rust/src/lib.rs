@@ -43,9 +43,7 @@ pub use client::{
 };
 pub use dlock_core::Member;
 pub use dlock_core::redis::FencedWrite;
-pub use dlock_core::{
-    BUCKETS, Histogram, Kind, Leader, LockStats, LockStatus, OTHER_NAMES, Stats, Step,
-};
+pub use dlock_core::{BUCKETS, Histogram, Kind, Leader, LockStats, LockStatus, OTHER_NAMES, Stats};
 pub use election::{Election, Leadership, Observer};
 pub use error::{Error, ErrorCode, LostReason};
 pub use fenced::{Placeholder, fenced_update_sql};

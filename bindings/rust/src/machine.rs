@@ -2,7 +2,9 @@
 //! another implementation of the same sans-IO contract, such as the engine compiled to a
 //! WebAssembly component (`dlock-wasmtime`).
 
-use dlock_core::{Config, Engine, Input, Instant, Observation, Stats, Step};
+use std::collections::VecDeque;
+
+use dlock_core::{Config, Engine, Input, Instant, Observation, Output, Stats};
 
 use crate::Error;
 
@@ -23,10 +25,15 @@ impl std::error::Error for MachineError {}
 /// that can fail.
 pub trait Machine: Send + 'static {
     /// One event: `input`, or with `None` the timers due at `now`; then every output that
-    /// follows and the next deadline. The contract's `handle_input` (or `handle_timeout`),
-    /// `poll_output` until `None` and `poll_timeout` in one call: an engine behind a boundary
-    /// (a Wasm component) pays for each crossing.
-    fn step(&mut self, now: Instant, input: Option<Input>) -> Result<Step, MachineError>;
+    /// follows, appended to `outputs`, and the next deadline, returned. The contract's
+    /// `handle_input` (or `handle_timeout`), `poll_output` until `None` and `poll_timeout` in
+    /// one call: an engine behind a boundary (a Wasm component) pays for each crossing.
+    fn step(
+        &mut self,
+        now: Instant,
+        input: Option<Input>,
+        outputs: &mut VecDeque<Output>,
+    ) -> Result<Option<Instant>, MachineError>;
     /// What the engine counted about its locks ([`Engine::stats`]).
     fn stats(&mut self) -> Result<Stats, MachineError>;
     /// Keep each observation for [`Machine::observations`] ([`Engine::keep_observations`]);
@@ -39,8 +46,13 @@ pub trait Machine: Send + 'static {
 }
 
 impl Machine for Engine {
-    fn step(&mut self, now: Instant, input: Option<Input>) -> Result<Step, MachineError> {
-        Ok(Engine::step(self, now, input))
+    fn step(
+        &mut self,
+        now: Instant,
+        input: Option<Input>,
+        outputs: &mut VecDeque<Output>,
+    ) -> Result<Option<Instant>, MachineError> {
+        Ok(self.step_into(now, input, outputs))
     }
 
     fn stats(&mut self) -> Result<Stats, MachineError> {

@@ -13,10 +13,11 @@
 //! network, a clock or a file. Each call runs on a fuel budget and a memory limit; a trap or
 //! an exhausted limit becomes a [`dlock::MachineError`], never a crash of the host.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 
-use dlock::{Machine, MachineError, MachineFactory, Step};
+use dlock::{Machine, MachineError, MachineFactory};
 use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Store, StoreLimits, StoreLimitsBuilder};
 
@@ -183,7 +184,8 @@ impl Machine for WasmMachine {
         &mut self,
         now: dlock_core::Instant,
         input: Option<dlock_core::Input>,
-    ) -> Result<Step, MachineError> {
+        outputs: &mut VecDeque<dlock_core::Output>,
+    ) -> Result<Option<dlock_core::Instant>, MachineError> {
         let input = input.map(cv);
         let stepped =
             self.call(|g, store, h| g.call_step(store, h, now.as_nanos(), input.as_ref()))?;
@@ -194,10 +196,8 @@ impl Machine for WasmMachine {
                 bad.text.len()
             )));
         }
-        Ok(Step {
-            outputs: stepped.outputs.into_iter().map(cv).collect(),
-            timeout: stepped.timeout.map(dlock_core::Instant::from_nanos),
-        })
+        outputs.extend(stepped.outputs.into_iter().map(cv));
+        Ok(stepped.timeout.map(dlock_core::Instant::from_nanos))
     }
 
     fn stats(&mut self) -> Result<dlock_core::Stats, MachineError> {

@@ -1,6 +1,7 @@
 //! The component: no imports, the same outputs as the native engine for the same inputs, and
 //! limits that become typed errors.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use dlock::Machine;
@@ -8,7 +9,7 @@ use dlock_core::redis::RedisOp;
 use dlock_core::redis::reference::Store;
 use dlock_core::{
     Acquire, ClientId, Command, Config, Engine, HoldId, Input, Instant, Kind, Notice, OpId, Output,
-    Wait,
+    Step, Wait,
 };
 use dlock_testkit::Rng;
 use dlock_wasmtime::WasmComponent;
@@ -47,7 +48,12 @@ impl Twin {
     /// and on the next deadline.
     fn step(&mut self, now: Instant, input: Option<Input>, steps: &mut u64) -> Vec<Output> {
         let native = self.native.step(now, input.clone());
-        let wasm = self.wasm.step(now, input).expect("wasm step");
+        let mut outputs = VecDeque::new();
+        let timeout = self.wasm.step(now, input, &mut outputs).expect("wasm step");
+        let wasm = Step {
+            outputs: outputs.into(),
+            timeout,
+        };
         assert_eq!(
             native, wasm,
             "native and Wasm engines differ after {steps} outputs"
@@ -187,12 +193,14 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
         dlock_core::redis::Value::Data(vec![b'x'; 16]);
         2_000_000
     ]);
+    let mut outputs = VecDeque::new();
     let result = machine.step(
         Instant::from_nanos(1),
         Some(Input::Reply {
             id: dlock_core::RequestId(1),
             reply: Ok(dlock_core::Response::Redis(big)),
         }),
+        &mut outputs,
     );
     let err = result.expect_err("a 2-million-item reply exceeds the per-call fuel or memory limit");
     assert!(err.0.contains("trapped"), "{err}");
@@ -200,6 +208,9 @@ fn an_exhausted_fuel_budget_is_a_typed_error_not_a_crash() {
     let mut fresh = component
         .start(Config::new(ClientId(2)), Instant::from_nanos(0))
         .unwrap();
-    let first = fresh.step(Instant::from_nanos(1), None).unwrap();
-    assert!(matches!(first.outputs.as_slice(), [Output::Request(_)]));
+    let mut first = VecDeque::new();
+    fresh
+        .step(Instant::from_nanos(1), None, &mut first)
+        .unwrap();
+    assert!(matches!(Vec::from(first).as_slice(), [Output::Request(_)]));
 }

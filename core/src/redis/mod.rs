@@ -989,17 +989,38 @@ fn malformed(script: Script, v: &Value) -> Error {
     Error::MalformedReply(format!("{} replied {v:?}", script.name()))
 }
 
-fn ints(script: Script, v: &Value) -> Result<Vec<i64>, Error> {
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .map(|i| match i {
-                Value::Int(n) => Ok(*n),
-                _ => Err(malformed(script, v)),
-            })
-            .collect(),
-        _ => Err(malformed(script, v)),
+/// A reply of at most four integers, the shape of ACQUIRE's, RELEASE's and PROCLAIM's, read
+/// without allocating.
+struct Ints {
+    len: usize,
+    items: [i64; 4],
+}
+
+impl Ints {
+    fn as_slice(&self) -> &[i64] {
+        &self.items[..self.len]
     }
+}
+
+fn ints(script: Script, v: &Value) -> Result<Ints, Error> {
+    let bad = || malformed(script, v);
+    let Value::Array(items) = v else {
+        return Err(bad());
+    };
+    let mut ints = Ints {
+        len: items.len(),
+        items: [0; 4],
+    };
+    if items.len() > ints.items.len() {
+        return Err(bad());
+    }
+    for (slot, item) in ints.items.iter_mut().zip(items) {
+        let Value::Int(n) = item else {
+            return Err(bad());
+        };
+        *slot = *n;
+    }
+    Ok(ints)
 }
 
 pub fn parse_acquire(v: &Value) -> Result<AcquireReply, Error> {
@@ -1157,11 +1178,18 @@ pub fn parse_raise(v: &Value) -> Result<bool, Error> {
 
 /// One flag per lock of the batch: still ours and extended.
 pub fn parse_extend(v: &Value, n: usize) -> Result<Vec<bool>, Error> {
-    let flags = ints(Script::Extend, v)?;
-    if flags.len() != n || flags.iter().any(|f| !matches!(f, 0 | 1)) {
-        return Err(malformed(Script::Extend, v));
+    let bad = || malformed(Script::Extend, v);
+    match v {
+        Value::Array(items) if items.len() == n => items
+            .iter()
+            .map(|item| match item {
+                Value::Int(0) => Ok(false),
+                Value::Int(1) => Ok(true),
+                _ => Err(bad()),
+            })
+            .collect(),
+        _ => Err(bad()),
     }
-    Ok(flags.into_iter().map(|f| f == 1).collect())
 }
 
 #[cfg(test)]
