@@ -140,7 +140,7 @@ impl<P, T: Copy + Ord> Base<P, T> {
     /// When the next timer is due, if one is set.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let request = self.deadlines.front().map(|&(at, _)| at);
-        match (request, self.timers.next()) {
+        match (request, self.timers.first().map(|(at, _)| at)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

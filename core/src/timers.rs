@@ -60,10 +60,6 @@ impl<T: Copy + Ord> Timers<T> {
         self.by_timer.contains_key(&timer)
     }
 
-    pub(crate) fn next(&self) -> Option<Instant> {
-        self.by_time.first().map(|(at, _)| *at)
-    }
-
     /// The earliest timer and when it is due.
     pub(crate) fn first(&self) -> Option<(Instant, Timer<T>)> {
         self.by_time.first().copied()
