@@ -24,7 +24,8 @@ dlock *args:
 
 # The proofs (`just proofs`: CPU only) are built first and then run niced in the background
 # while the tests against real servers, which mostly wait on them, run in front: the two
-# overlap instead of adding up. The proofs' output is printed when both are done.
+# overlap instead of adding up. So does the build of the release artefacts, less niced, which
+# the packages' tests after the servers' need. Each one's output is printed when it is done.
 # Every test. Installs what is missing first.
 test: setup
     #!/usr/bin/env bash
@@ -46,15 +47,23 @@ test: setup
     set -m
     nice -n 19 just proofs > target/proofs.log 2>&1 &
     proofs=$!
+    # The release artefacts of this machine's target: wheel, sdist, npm packages, crates, the
+    # component. The aarch64 and musl ones (three times as long again) are `just dist`'s. Its
+    # release builds lock target/<triple>/dist, not the tests' target/debug (only the crates'
+    # check, a minute at the end, shares that); niced, it takes the CPU the tests leave, and
+    # the proofs what it leaves.
+    nice -n 10 just dist --target x86_64-unknown-linux-gnu > target/dist.log 2>&1 &
+    dist=$!
     set +m
-    trap 'kill -- -$proofs 2>/dev/null || true' EXIT
+    trap 'kill -- -$proofs -$dist 2>/dev/null || true' EXIT
     # The simulation and the model checker are the proofs'.
     cargo test --workspace --exclude dlock-component --features dlock/metrics --no-fail-fast -- --skip simulation --skip model_check
     # The same features and packages as the line above, so that its test binaries are reused as built.
     DLOCK_TEST_ENGINE=wasm cargo test --workspace --exclude dlock-component --features dlock/metrics --test redis --test zookeeper --test cluster --test redlock --test sql --test redisson --test election
-    # The release artefacts of this machine's target: wheel, sdist, npm packages, crates, the
-    # component. The aarch64 and musl ones (three times as long again) are `just dist`'s.
-    just dist --target x86_64-unknown-linux-gnu
+    built=0
+    wait "$dist" || built=$?
+    cat target/dist.log
+    if [ "$built" != 0 ]; then echo "dist: exit $built"; exit "$built"; fi
     just dist-check --target x86_64-unknown-linux-gnu
     # The packages just built, tested as installed: a second `just dist node` would compile
     # the addon again (napi's CLI forces the first build of a type-def cache by an
@@ -137,7 +146,9 @@ _node-test:
 interop:
     (cd contract/java && mvn -q -B package > ../../target/interop-maven.log 2>&1) || { cat target/interop-maven.log; exit 1; }
     # One backend pair at a time: eight workers and their servers each, on a shared machine.
-    cargo test -p dlock-contract --test contention -- --ignored --nocapture --test-threads=1
+    # The packages and features of `just test`'s build, whose test binary this is (alone, the
+    # crate would unify other features and build dlock and itself again).
+    cargo test --workspace --exclude dlock-component --features dlock/metrics --test contention -- --ignored --nocapture --test-threads=1
 
 # Planted bugs (core/src/plant.rs), each switched on in turn in a test build of the core: the
 # simulation must catch each of its plants within CI's 20,000 seeds (it prints the seed and the

@@ -289,6 +289,40 @@ impl Report {
     }
 }
 
+/// Runs `scenarios`, `jobs` at a time, and returns their reports in the order given. Each
+/// scenario has its servers, workers, ports and directory of its own, and mostly waits (on
+/// leases, sessions and restarts), so several share a machine; `just faults`, whose table
+/// records how long recovery takes, runs one at a time.
+pub fn run_each(scenarios: &[Scenario], settings: &Settings, jobs: usize) -> Vec<Report> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let mut reports: Vec<(usize, Report)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..jobs.clamp(1, scenarios.len().max(1)))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&scenario) = scenarios.get(i) else {
+                            return done;
+                        };
+                        eprintln!("{}: {} rounds", scenario.name, settings.rounds);
+                        let report = run(scenario, settings);
+                        eprintln!("{report:?}");
+                        done.push((i, report));
+                    }
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("a scenario's thread panicked"))
+            .collect()
+    });
+    reports.sort_by_key(|&(i, _)| i);
+    reports.into_iter().map(|(_, report)| report).collect()
+}
+
 /// Runs one scenario and reads its logs back.
 pub fn run(scenario: Scenario, settings: &Settings) -> Report {
     let mut world = World::start(scenario, settings);

@@ -14,16 +14,11 @@ fn main() {
         settings.rounds = rounds.parse().expect("ROUNDS is a number");
     }
     let only: Vec<String> = args.collect();
-    let mut reports = Vec::new();
-    for scenario in dlock_faults::SCENARIOS {
-        if !only.is_empty() && !only.iter().any(|o| o == scenario.name) {
-            continue;
-        }
-        eprintln!("{}: {} rounds", scenario.name, settings.rounds);
-        let report = dlock_faults::run(scenario, &settings);
-        eprintln!("{report:?}");
-        reports.push(report);
-    }
+    let scenarios: Vec<_> = dlock_faults::SCENARIOS
+        .into_iter()
+        .filter(|s| only.is_empty() || only.iter().any(|o| o == s.name))
+        .collect();
+    let reports = dlock_faults::run_each(&scenarios, &settings, 1);
     let table = dlock_faults::table(&reports);
     println!("{table}");
     let machine = format!(
