@@ -884,6 +884,55 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
     assert!(next.fencing_token() > token);
 }
 
+/// A pub/sub connection the server drops (CLIENT KILL here; a proxy or a failover elsewhere)
+/// is made again and subscribes again: a waiter queued after it is still woken by the
+/// release. It refreshes its place only every 10 s (30 s waiter lease) and the holder's lease
+/// lasts 30 s: only the wake-up brings it in within the 5 s below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_pubsub_connection_is_made_again_and_wakes_its_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut raw = raw(&server).await;
+    let a = connect(&url).await.unwrap();
+    let b = builder(&url)
+        .waiter_lease(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    let held = a
+        .lock("x")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    clients(&mut raw, "pubsub", 2).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 2);
+    // Both connect again, and count as pub/sub connections once they have subscribed.
+    clients(&mut raw, "pubsub", 2).await;
+    let waiting = tokio::spawn(async move { b.lock("x").acquire().await });
+    let queue = LockKeys::new("x").queue().to_owned();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while raw.llen::<_, usize>(&queue).await.unwrap() == 0 {
+            tokio::time::sleep(10 * MS).await;
+        }
+    })
+    .await
+    .expect("the waiter queued");
+    let released = std::time::Instant::now();
+    held.release().await.unwrap();
+    let next = waiting.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "woken by the release, not by a refresh 10 s later"
+    );
+    next.release().await.unwrap();
+}
+
 /// A user with exactly `dlock_core::redis::acl_rules()` (keys and channels under `dlock:`, the
 /// client's and the scripts' commands) can use every primitive, by FCALL; so can one with the
 /// rules of earlier releases, without `fcall` and `function|load`, by EVALSHA. One without

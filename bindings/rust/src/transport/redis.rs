@@ -1,5 +1,5 @@
-//! `redis://`: one pipelined, self-reconnecting connection for scripts (dlock's own,
-//! [`super::resp`]) and one pub/sub connection for wake-ups, reconnected with backoff. Scripts run as functions of the
+//! `redis://`: one pipelined, self-reconnecting connection for scripts and one pub/sub
+//! connection for wake-ups, reconnected with backoff (both dlock's own, [`super::resp`]). Scripts run as functions of the
 //! protocol's library with FCALL; on "Function not found" (a new server, or one whose
 //! functions were flushed) the library is loaded with FUNCTION LOAD REPLACE and the call made
 //! again. A server that refuses either command (Redis before 7, or a user without `fcall` or
@@ -9,7 +9,7 @@
 //! `redis-cluster://`: the redis crate's cluster connection routes each script to the node
 //! that serves its keys' slot (a lock's keys share one, PROTOCOL.md §1) and follows MOVED and
 //! ASK. Wake-ups are classic PUBLISH, which a cluster broadcasts to every node, so the pub/sub
-//! connection goes to any one seed node, and to the next one when it is lost. In the
+//! connection (dlock's own) goes to any one seed node, and to the next one when it is lost. In the
 //! Redisson-compatible mode a cluster's waiters listen by sharded pub/sub instead (SSUBSCRIBE,
 //! as Redisson 3.22 and later do there): a second cluster connection, in RESP3, subscribes to
 //! each channel on the node that serves its slot and subscribes again after a failover or a
@@ -27,18 +27,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock_core::redis::{Library, RedisOp, Script, Value, Words};
-use dlock_core::{Notice, Reply, Response, TransportError};
-use futures_util::StreamExt;
+use dlock_core::{Notice, Response, TransportError};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::Pending;
-use super::resp::{Failure, Link, Target, command};
+use super::resp::{Failure, Heard, Link, Listener, Target, command};
 use crate::driver::Inbox;
 use crate::{Error, redact};
-
-type Subscription = (String, oneshot::Sender<Reply>);
 
 /// Where scripts go.
 #[derive(Clone)]
@@ -69,11 +66,8 @@ impl Connection {
 /// Where wake-ups come from.
 #[derive(Clone)]
 enum Subscriber {
-    /// Classic pub/sub: the task that keeps its connection, and its requests.
-    Classic {
-        subscribe: mpsc::UnboundedSender<Subscription>,
-        task: Arc<tokio::task::AbortHandle>,
-    },
+    /// Classic pub/sub, on a connection of dlock's own.
+    Classic(Arc<Listener>),
     /// A cluster's sharded pub/sub: the messages arrive through the connection's push sender.
     Sharded(ClusterConnection),
 }
@@ -98,11 +92,10 @@ fn invalid_url(e: redis::RedisError) -> Error {
 
 impl RedisTransport {
     pub(crate) async fn connect(url: &str, inbox: Inbox) -> Result<Self, Error> {
-        let client = redis::Client::open(url).map_err(invalid_url)?;
-        let target = Target::new(url).map_err(Error::InvalidUrl)?;
+        let target = Arc::new(Target::new(url).map_err(Error::InvalidUrl)?);
         let fail = |e: String| Error::Connect(redact(&format!("{url}: {e}")));
-        let link = Link::connect(Arc::new(target)).await.map_err(fail)?;
-        Self::start(Connection::Single(link), vec![client], inbox)
+        let link = Link::connect(target.clone()).await.map_err(fail)?;
+        Self::start(Connection::Single(link), vec![target], inbox)
             .await
             .map_err(fail)
     }
@@ -140,12 +133,12 @@ impl RedisTransport {
                 subscriber: Subscriber::Sharded(cluster(messages).await.map_err(fail)?),
             });
         }
-        let clients = nodes
+        let targets = nodes
             .iter()
-            .map(|n| redis::Client::open(n.as_str()))
+            .map(|n| Target::new(n).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(invalid_url)?;
-        Self::start(Connection::Cluster(con), clients, inbox)
+            .map_err(Error::InvalidUrl)?;
+        Self::start(Connection::Cluster(con), targets, inbox)
             .await
             .map_err(fail)
     }
@@ -153,30 +146,25 @@ impl RedisTransport {
     /// Opens the pub/sub connection before returning, so wake-ups work at once.
     async fn start(
         con: Connection,
-        pubsub_nodes: Vec<redis::Client>,
+        pubsub: Vec<Arc<Target>>,
         inbox: Inbox,
     ) -> Result<Self, String> {
-        let mut first = None;
-        let mut error = String::from("no node");
-        for (i, node) in pubsub_nodes.iter().enumerate() {
-            match node.get_async_pubsub().await {
-                Ok(pubsub) => {
-                    first = Some((i, pubsub));
-                    break;
-                }
-                Err(e) => error = e.to_string(),
-            }
-        }
-        let first = first.ok_or(error)?;
-        let (subscribe, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(pubsub_loop(pubsub_nodes, first, requests, inbox));
+        let listener = Listener::connect(pubsub, move |heard| {
+            inbox.send(match heard {
+                Heard::Message { channel, payload } => Notice::Message {
+                    channel: String::from_utf8(channel)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                    payload,
+                },
+                Heard::Lost => Notice::Disconnected,
+                Heard::Restored => Notice::Connected,
+            })
+        })
+        .await?;
         Ok(Self {
             con,
             scripts: Runner::new(Scripts::new()),
-            subscriber: Subscriber::Classic {
-                subscribe,
-                task: Arc::new(task.abort_handle()),
-            },
+            subscriber: Subscriber::Classic(Arc::new(listener)),
         })
     }
 
@@ -185,38 +173,30 @@ impl RedisTransport {
             RedisOp::Eval { script, keys, args } => {
                 eval(self.con.clone(), &self.scripts, script, keys, args)
             }
-            RedisOp::Subscribe { channel } => {
-                let subscribe = match &self.subscriber {
-                    Subscriber::Classic { subscribe, .. } => subscribe,
-                    Subscriber::Sharded(con) => {
-                        let mut con = con.clone();
-                        return Box::pin(async move {
-                            con.ssubscribe(channel)
-                                .await
-                                .map_err(|e| transport_error(failure(e)))?;
-                            Ok(Response::Redis(Value::Status("OK".into())))
-                        });
-                    }
-                };
-                let (tx, rx) = oneshot::channel();
-                let sent = subscribe.send((channel, tx));
-                Box::pin(async move {
-                    sent.map_err(|_| {
-                        TransportError::Unavailable("pub/sub connection closed".into())
-                    })?;
-                    rx.await.unwrap_or_else(|_| {
-                        Err(TransportError::Unavailable(
-                            "pub/sub connection closed".into(),
-                        ))
+            RedisOp::Subscribe { channel } => match &self.subscriber {
+                Subscriber::Classic(listener) => {
+                    let subscribed = listener.subscribe(channel.into_bytes());
+                    Box::pin(async move {
+                        subscribed.await.map_err(transport_error)?;
+                        Ok(Response::Redis(Value::Status("OK".into())))
                     })
-                })
-            }
+                }
+                Subscriber::Sharded(con) => {
+                    let mut con = con.clone();
+                    Box::pin(async move {
+                        con.ssubscribe(channel)
+                            .await
+                            .map_err(|e| transport_error(failure(e)))?;
+                        Ok(Response::Redis(Value::Status("OK".into())))
+                    })
+                }
+            },
         }
     }
 
     pub(crate) fn close(&self) {
-        if let Subscriber::Classic { task, .. } = &self.subscriber {
-            task.abort();
+        if let Subscriber::Classic(listener) = &self.subscriber {
+            listener.close();
         }
     }
 }
@@ -524,71 +504,6 @@ async fn ping<C: redis::aio::ConnectionLike>(
         .await
         .map(drop)
         .map_err(|e| e.to_string())
-}
-
-/// Keeps a pub/sub connection up, to one of `nodes` (any node of a cluster hears every
-/// PUBLISH): subscribes on request, forwards messages as notices, and on loss reports
-/// `Disconnected`, reconnects with backoff (to the next node), then reports `Connected` (the
-/// engine then subscribes again).
-async fn pubsub_loop(
-    nodes: Vec<redis::Client>,
-    first: (usize, redis::aio::PubSub),
-    mut requests: mpsc::UnboundedReceiver<Subscription>,
-    inbox: Inbox,
-) {
-    let notice = |n: Notice| inbox.send(n);
-    let mut backoff = Duration::from_millis(50);
-    let (mut node, first) = first;
-    let mut first = Some(first);
-    loop {
-        let pubsub = match first.take() {
-            Some(p) => p,
-            None => match nodes[node].get_async_pubsub().await {
-                Ok(p) => {
-                    backoff = Duration::from_millis(50);
-                    if !notice(Notice::Connected) {
-                        return;
-                    }
-                    p
-                }
-                Err(_) => {
-                    // Refuse subscriptions while down; the engine retries.
-                    while let Ok((_, reply)) = requests.try_recv() {
-                        let _ = reply.send(Err(TransportError::Unavailable(
-                            "pub/sub connection down".into(),
-                        )));
-                    }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
-                    node = (node + 1) % nodes.len();
-                    continue;
-                }
-            },
-        };
-        let (mut sink, mut stream) = pubsub.split();
-        loop {
-            tokio::select! {
-                request = requests.recv() => {
-                    let Some((channel, reply)) = request else { return };
-                    let result = sink.subscribe(&channel).await;
-                    let _ = reply.send(result.map(|()| Response::Redis(Value::Status("OK".into()))).map_err(|e| transport_error(failure(e))));
-                }
-                message = stream.next() => {
-                    let Some(message) = message else { break };
-                    let channel = message.get_channel_name().to_owned();
-                    let payload = message.get_payload_bytes().to_vec();
-                    if !notice(Notice::Message { channel, payload }) {
-                        return;
-                    }
-                }
-            }
-        }
-        tracing::warn!("redis pub/sub connection lost; reconnecting");
-        node = (node + 1) % nodes.len();
-        if !notice(Notice::Disconnected) {
-            return;
-        }
-    }
 }
 
 /// The redis crate's word on a cluster command that got no result, as dlock's.

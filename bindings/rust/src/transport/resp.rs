@@ -12,8 +12,12 @@
 //! redis crate's general machinery on every command — building a `Cmd`, its pipeline's
 //! queue, its parser-combinator codec, its `Value` and the copy into the engine's — a fifth
 //! of an uncontended Rust cycle's instructions, 65,096 → 51,673 (bench/README.md, "A
-//! connection of dlock's own"). A Redis Cluster (slot routing, MOVED and ASK) and pub/sub
-//! stay on the redis crate.
+//! connection of dlock's own"). A Redis Cluster's scripts (slot routing, MOVED and ASK) and
+//! its sharded pub/sub stay on the redis crate.
+//!
+//! A [`Listener`] is the pub/sub connection beside it (one Redis, or any node of a cluster):
+//! its task reads each wake-up straight into the notice the engine gets, where the redis
+//! crate's `PubSub` passed it through a task and a channel of its own first.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -124,6 +128,16 @@ impl Target {
         })
     }
 
+    /// What a TLS target's connections are made with (`None` for plain TCP).
+    fn connector(&self) -> Result<Option<tokio_rustls::TlsConnector>, String> {
+        Ok(match self.tls {
+            false => None,
+            true => Some(tokio_rustls::TlsConnector::from(Arc::new(
+                super::ssl::client_config(None)?,
+            ))),
+        })
+    }
+
     /// A new connection, introduced (AUTH, SELECT, PING answered), within [`OPEN_WITHIN`].
     async fn open(&self, tls: Option<&tokio_rustls::TlsConnector>) -> Result<Box<dyn Io>, String> {
         let open = async {
@@ -193,12 +207,7 @@ impl Link {
     /// connection does not come up, is refused its credentials, or (TLS) the server's
     /// certificate does not verify.
     pub(super) async fn connect(target: Arc<Target>) -> Result<Self, String> {
-        let tls = match target.tls {
-            false => None,
-            true => Some(tokio_rustls::TlsConnector::from(Arc::new(
-                super::ssl::client_config(None)?,
-            ))),
-        };
+        let tls = target.connector()?;
         let io = target.open(tls.as_ref()).await?;
         let (requests, queue) = mpsc::unbounded_channel();
         tokio::spawn(keep(target, tls, io, queue));
@@ -306,6 +315,231 @@ fn answer(input: &[u8], under_way: &mut VecDeque<Answer>) -> Result<usize, Strin
         let _ = request.send(reply);
     }
     Ok(at)
+}
+
+/// What a [`Listener`] hears.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Heard {
+    /// A message published to a channel subscribed to.
+    Message { channel: Vec<u8>, payload: Vec<u8> },
+    /// The connection was lost: its subscriptions with it.
+    Lost,
+    /// A connection was made again, with no subscription.
+    Restored,
+}
+
+type Subscribe = (Vec<u8>, oneshot::Sender<Result<(), Failure>>);
+
+/// A pub/sub connection: SUBSCRIBEs on request and tells each message, in order, to the
+/// function it was made with. Lost, it says so, connects again (to the next target of its
+/// list: any node of a cluster hears every PUBLISH), at once and then with backoff, and says
+/// when it is back; the subscriptions are then the caller's to make again. Its task ends with
+/// [`Listener::close`], or once the function returns `false`.
+pub(super) struct Listener {
+    requests: mpsc::UnboundedSender<Subscribe>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Listener {
+    /// Connects to the first of `targets` that answers (`Err`: the last one's error).
+    pub(super) async fn connect(
+        targets: Vec<Arc<Target>>,
+        hear: impl FnMut(Heard) -> bool + Send + 'static,
+    ) -> Result<Self, String> {
+        let tls = targets
+            .iter()
+            .map(|t| t.connector())
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut error = String::from("no server");
+        for (at, target) in targets.iter().enumerate() {
+            match target.open(tls[at].as_ref()).await {
+                Ok(io) => {
+                    let (requests, queue) = mpsc::unbounded_channel();
+                    let task = tokio::spawn(listen(targets, tls, (at, io), queue, hear));
+                    return Ok(Self {
+                        requests,
+                        task: task.abort_handle(),
+                    });
+                }
+                Err(e) => error = format!("{target}: {e}"),
+            }
+        }
+        Err(error)
+    }
+
+    /// Subscribes to `channel`: `Ok` once the server confirms. Sent at once, so
+    /// subscriptions are made in the order of these calls.
+    pub(super) fn subscribe(
+        &self,
+        channel: Vec<u8>,
+    ) -> impl std::future::Future<Output = Result<(), Failure>> + Send + 'static {
+        let (done, confirmed) = oneshot::channel();
+        let sent = self.requests.send((channel, done));
+        async move {
+            let closed = || Failure::Unavailable("the pub/sub connection is closed".into());
+            sent.map_err(|_| closed())?;
+            confirmed.await.unwrap_or_else(|_| Err(closed()))
+        }
+    }
+
+    /// Ends the connection's task.
+    pub(super) fn close(&self) {
+        self.task.abort();
+    }
+}
+
+/// A [`Listener`]'s task: relays on `io` until it is lost, then connects again.
+async fn listen(
+    targets: Vec<Arc<Target>>,
+    tls: Vec<Option<tokio_rustls::TlsConnector>>,
+    first: (usize, Box<dyn Io>),
+    mut queue: mpsc::UnboundedReceiver<Subscribe>,
+    mut hear: impl FnMut(Heard) -> bool,
+) {
+    let (mut at, io) = first;
+    let mut io = Some(io);
+    let mut backoff = BACKOFF.0;
+    loop {
+        let mut conn = match io.take() {
+            Some(io) => io,
+            None => match targets[at].open(tls[at].as_ref()).await {
+                Ok(io) => {
+                    backoff = BACKOFF.0;
+                    tracing::info!(server = %targets[at], "Redis pub/sub connection restored");
+                    if !hear(Heard::Restored) {
+                        return;
+                    }
+                    io
+                }
+                Err(e) => {
+                    tracing::debug!(server = %targets[at], "reconnecting pub/sub: {e}");
+                    // Subscriptions fail while it is down: the engine tries again.
+                    while let Ok((_, done)) = queue.try_recv() {
+                        let _ = done.send(Err(Failure::Unavailable(format!(
+                            "the pub/sub connection is down: {e}"
+                        ))));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF.1);
+                    at = (at + 1) % targets.len();
+                    if queue.is_closed() {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
+        let why = match relay(&mut *conn, &mut queue, &mut hear).await {
+            Ok(()) => return,
+            Err(why) => why,
+        };
+        tracing::warn!(server = %targets[at], "Redis pub/sub connection lost ({why}); reconnecting");
+        at = (at + 1) % targets.len();
+        if !hear(Heard::Lost) {
+            return;
+        }
+    }
+}
+
+/// Writes the queue's SUBSCRIBEs to `io` and reads what the server sends: confirmations,
+/// in order, to the subscriptions waiting for them; messages to `hear`. `Ok` once every
+/// [`Listener`] is gone or `hear` wants no more; `Err` when the connection is lost (the
+/// subscriptions under way fail first).
+async fn relay(
+    io: &mut dyn Io,
+    queue: &mut mpsc::UnboundedReceiver<Subscribe>,
+    hear: &mut impl FnMut(Heard) -> bool,
+) -> Result<(), String> {
+    let mut under_way: VecDeque<oneshot::Sender<Result<(), Failure>>> = VecDeque::new();
+    let (mut out, mut input) = (Vec::with_capacity(256), Vec::with_capacity(1024));
+    let lost = 'relay: loop {
+        tokio::select! {
+            biased;
+            read = io.read_buf(&mut input) => {
+                match read {
+                    Ok(0) => break "the server closed the connection".to_owned(),
+                    Ok(_) => {}
+                    Err(e) => break e.to_string(),
+                }
+                let mut at = 0;
+                loop {
+                    let (reply, next) = match parse(&input, at) {
+                        Ok(Some(whole)) => whole,
+                        Ok(None) => break,
+                        Err(e) => break 'relay format!("a malformed reply: {e}"),
+                    };
+                    at = next;
+                    match pushed(reply) {
+                        Pushed::Message(message) => {
+                            if !hear(message) {
+                                return Ok(());
+                            }
+                        }
+                        Pushed::Confirmation(result) => {
+                            let Some(done) = under_way.pop_front() else {
+                                break 'relay "a confirmation of no SUBSCRIBE".to_owned();
+                            };
+                            let _ = done.send(result);
+                        }
+                        Pushed::Other => {}
+                    }
+                }
+                input.drain(..at);
+            }
+            request = queue.recv() => {
+                let Some((channel, done)) = request else { return Ok(()) };
+                out.clear();
+                write_command(&mut out, &[b"SUBSCRIBE".as_slice(), &channel], &[]);
+                under_way.push_back(done);
+                while let Ok((channel, done)) = queue.try_recv() {
+                    write_command(&mut out, &[b"SUBSCRIBE".as_slice(), &channel], &[]);
+                    under_way.push_back(done);
+                }
+                let written = async {
+                    io.write_all(&out).await?;
+                    io.flush().await
+                };
+                if let Err(e) = written.await {
+                    break e.to_string();
+                }
+            }
+        }
+    };
+    for done in under_way {
+        let _ = done.send(Err(Failure::Unavailable(format!(
+            "connection lost with the SUBSCRIBE under way: {lost}"
+        ))));
+    }
+    Err(lost)
+}
+
+/// What a subscribed connection was sent.
+enum Pushed {
+    Message(Heard),
+    /// A SUBSCRIBE's answer: its confirmation, or the server's error (NOPERM, say).
+    Confirmation(Result<(), Failure>),
+    /// Anything else (another kind of push): nothing to do.
+    Other,
+}
+
+fn pushed(reply: Reply) -> Pushed {
+    let items = match reply {
+        Ok(Value::Array(items)) => items,
+        Err(e) => return Pushed::Confirmation(Err(e)),
+        Ok(_) => return Pushed::Other,
+    };
+    let mut items = items.into_iter();
+    match (items.next(), items.next(), items.next(), items.next()) {
+        (Some(Value::Data(kind)), Some(Value::Data(channel)), Some(Value::Data(payload)), None)
+            if kind == b"message" =>
+        {
+            Pushed::Message(Heard::Message { channel, payload })
+        }
+        (Some(Value::Data(kind)), Some(_), Some(Value::Int(_)), None) if kind == b"subscribe" => {
+            Pushed::Confirmation(Ok(()))
+        }
+        _ => Pushed::Other,
+    }
 }
 
 /// One command in RESP: `head` (the verb and its first arguments), then `tail`.
@@ -459,6 +693,43 @@ mod tests {
             out,
             b"*5\r\n$5\r\nFCALL\r\n$1\r\nf\r\n$1\r\n1\r\n$2\r\nk1\r\n$0\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_subscribed_connection_tells_messages_and_confirmations_apart() {
+        let heard = |bytes: &[u8]| match pushed(one(bytes).unwrap().unwrap().0) {
+            Pushed::Message(heard) => Some(Ok(heard)),
+            Pushed::Confirmation(result) => Some(Err(result.map_err(|e| format!("{e:?}")))),
+            Pushed::Other => None,
+        };
+        assert_eq!(
+            heard(b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$3\r\na b\r\n"),
+            Some(Ok(Heard::Message {
+                channel: b"ch".to_vec(),
+                payload: b"a b".to_vec()
+            }))
+        );
+        assert_eq!(
+            heard(b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"),
+            Some(Err(Ok(())))
+        );
+        // A SUBSCRIBE refused (an ACL without the channel) answers it, as an error.
+        assert_eq!(
+            heard(b"-NOPERM no permissions to access the 'ch' channel\r\n"),
+            Some(Err(Err(
+                "Server(\"NOPERM no permissions to access the 'ch' channel\")".into()
+            )))
+        );
+        // Other pushes, and messages not of the expected shape, are nobody's.
+        for other in [
+            &b"*3\r\n$11\r\nunsubscribe\r\n$2\r\nch\r\n:0\r\n"[..],
+            b"*2\r\n$4\r\npong\r\n$0\r\n\r\n",
+            b"*2\r\n$7\r\nmessage\r\n$2\r\nch\r\n",
+            b"*3\r\n$7\r\nmessage\r\n:1\r\n$1\r\nx\r\n",
+            b"+OK\r\n",
+        ] {
+            assert_eq!(heard(other), None, "{:?}", String::from_utf8_lossy(other));
+        }
     }
 
     #[test]
