@@ -246,6 +246,28 @@ async fn clients(raw: &mut redis::aio::MultiplexedConnection, kind: &str, n: usi
     .unwrap_or_else(|_| panic!("never {n} {kind} connections"));
 }
 
+/// A client whose waiters refresh their place only every 10 s (30 s waiter lease): within a
+/// few seconds, only a wake-up brings one in.
+async fn patient(url: &str) -> dlock::Client {
+    builder(url)
+        .waiter_lease(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Returns once lock `name` has a waiter in its queue: waits for the event, not a time.
+async fn queued(raw: &mut redis::aio::MultiplexedConnection, name: &str) {
+    let queue = LockKeys::new(name).queue().to_owned();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while raw.llen::<_, usize>(&queue).await.unwrap() == 0 {
+            tokio::time::sleep(10 * MS).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("nobody queued for {name}"));
+}
+
 /// A script connection the server drops (CLIENT KILL here; a proxy's idle timeout or a
 /// failover elsewhere) is made again at once: the hold stays, and the next request goes
 /// through on the new connection.
@@ -864,15 +886,12 @@ async fn non_fair_locks_exclude_barge_and_wake_their_waiter() {
     // A non-fair release frees the lock and wakes the waiter, which takes it itself. The
     // waiter refreshes its place only every 10 s (30 s waiter lease) and the holder's lease
     // lasts 30 s: only the wake-up can bring it in within the 5 s below.
+    let mut raw = raw(&server).await;
     let a = connect(&url).await.unwrap();
-    let b = builder(&url)
-        .waiter_lease(Duration::from_secs(30))
-        .connect()
-        .await
-        .unwrap();
+    let b = patient(&url).await;
     let held = a.lock("x").fair(false).acquire().await.unwrap();
     let waiting = tokio::spawn(async move { b.lock("x").acquire().await });
-    tokio::time::sleep(200 * MS).await;
+    queued(&mut raw, "x").await;
     let released = std::time::Instant::now();
     let token = held.fencing_token();
     held.release().await.unwrap();
@@ -894,11 +913,7 @@ async fn a_dropped_pubsub_connection_is_made_again_and_wakes_its_waiter() {
     let url = server.url();
     let mut raw = raw(&server).await;
     let a = connect(&url).await.unwrap();
-    let b = builder(&url)
-        .waiter_lease(Duration::from_secs(30))
-        .connect()
-        .await
-        .unwrap();
+    let b = patient(&url).await;
     let held = a
         .lock("x")
         .lease(Duration::from_secs(30))
@@ -915,14 +930,7 @@ async fn a_dropped_pubsub_connection_is_made_again_and_wakes_its_waiter() {
     // Both connect again, and count as pub/sub connections once they have subscribed.
     clients(&mut raw, "pubsub", 2).await;
     let waiting = tokio::spawn(async move { b.lock("x").acquire().await });
-    let queue = LockKeys::new("x").queue().to_owned();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while raw.llen::<_, usize>(&queue).await.unwrap() == 0 {
-            tokio::time::sleep(10 * MS).await;
-        }
-    })
-    .await
-    .expect("the waiter queued");
+    queued(&mut raw, "x").await;
     let released = std::time::Instant::now();
     held.release().await.unwrap();
     let next = waiting.await.unwrap().unwrap();

@@ -278,32 +278,51 @@ async fn serve(
                 }
             }
             request = queue.recv() => {
-                let Some((command, reply)) = request else { return Ok(()) };
-                out.clear();
-                out.extend_from_slice(&command);
-                under_way.push_back(reply);
-                while let Ok((command, reply)) = queue.try_recv() {
-                    out.extend_from_slice(&command);
-                    under_way.push_back(reply);
-                }
-                // TLS may keep what the socket did not take at once until a flush (plain
-                // TCP's flush does nothing).
-                let written = async {
-                    io.write_all(&out).await?;
-                    io.flush().await
-                };
-                if let Err(e) = written.await {
+                let Some(first) = request else { return Ok(()) };
+                if let Err(e) = write_waiting(io, &mut out, first, queue, &mut under_way).await {
                     break e.to_string();
                 }
             }
         }
     };
+    fail_under_way(under_way, "command", &lost);
+    Err(lost)
+}
+
+/// Writes `first` and every other request waiting in `queue` to `io` in one write, their
+/// answers queued in `under_way` in the same order.
+async fn write_waiting<A>(
+    io: &mut dyn Io,
+    out: &mut Vec<u8>,
+    first: (Vec<u8>, A),
+    queue: &mut mpsc::UnboundedReceiver<(Vec<u8>, A)>,
+    under_way: &mut VecDeque<A>,
+) -> std::io::Result<()> {
+    out.clear();
+    let mut next = Some(first);
+    while let Some((command, answer)) = next {
+        out.extend_from_slice(&command);
+        under_way.push_back(answer);
+        next = queue.try_recv().ok();
+    }
+    // TLS may keep what the socket did not take at once until a flush (plain TCP's flush
+    // does nothing).
+    io.write_all(out).await?;
+    io.flush().await
+}
+
+/// Fails every request under way on a connection that was lost (`what`: the kind of
+/// request): whether the server ran it is unknown.
+fn fail_under_way<T>(
+    under_way: VecDeque<oneshot::Sender<Result<T, Failure>>>,
+    what: &str,
+    lost: &str,
+) {
     for request in under_way {
         let _ = request.send(Err(Failure::Unavailable(format!(
-            "connection lost with the command under way: {lost}"
+            "connection lost with the {what} under way: {lost}"
         ))));
     }
-    Err(lost)
 }
 
 /// Hands each whole reply in `input` to the request it answers, in order; the bytes they took.
@@ -328,6 +347,7 @@ pub(super) enum Heard {
     Restored,
 }
 
+/// A SUBSCRIBE (RESP) and where its confirmation goes.
 type Subscribe = (Vec<u8>, oneshot::Sender<Result<(), Failure>>);
 
 /// A pub/sub connection: SUBSCRIBEs on request and tells each message, in order, to the
@@ -374,7 +394,9 @@ impl Listener {
         channel: Vec<u8>,
     ) -> impl std::future::Future<Output = Result<(), Failure>> + Send + 'static {
         let (done, confirmed) = oneshot::channel();
-        let sent = self.requests.send((channel, done));
+        let sent = self
+            .requests
+            .send((command(&[b"SUBSCRIBE", &channel], &[]), done));
         async move {
             let closed = || Failure::Unavailable("the pub/sub connection is closed".into());
             sent.map_err(|_| closed())?;
@@ -487,29 +509,14 @@ async fn relay(
                 input.drain(..at);
             }
             request = queue.recv() => {
-                let Some((channel, done)) = request else { return Ok(()) };
-                out.clear();
-                write_command(&mut out, &[b"SUBSCRIBE".as_slice(), &channel], &[]);
-                under_way.push_back(done);
-                while let Ok((channel, done)) = queue.try_recv() {
-                    write_command(&mut out, &[b"SUBSCRIBE".as_slice(), &channel], &[]);
-                    under_way.push_back(done);
-                }
-                let written = async {
-                    io.write_all(&out).await?;
-                    io.flush().await
-                };
-                if let Err(e) = written.await {
+                let Some(first) = request else { return Ok(()) };
+                if let Err(e) = write_waiting(io, &mut out, first, queue, &mut under_way).await {
                     break e.to_string();
                 }
             }
         }
     };
-    for done in under_way {
-        let _ = done.send(Err(Failure::Unavailable(format!(
-            "connection lost with the SUBSCRIBE under way: {lost}"
-        ))));
-    }
+    fail_under_way(under_way, "SUBSCRIBE", &lost);
     Err(lost)
 }
 
