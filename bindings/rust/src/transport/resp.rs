@@ -196,8 +196,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// A command's result.
 type Reply = Result<Value, Failure>;
+/// Where a request's outcome goes: its reply (`T`: the value), or why it got none.
+type Outcome<T> = oneshot::Sender<Result<T, Failure>>;
 /// Where a command's result goes.
-type Answer = oneshot::Sender<Reply>;
+type Answer = Outcome<Value>;
 type Request = (Vec<u8>, Answer);
 
 /// A handle on one server's connection; clones share it. The connection's task ends once
@@ -266,6 +268,25 @@ async fn serve(
     io: &mut dyn Io,
     queue: &mut mpsc::UnboundedReceiver<Request>,
 ) -> Result<(), String> {
+    pump(io, queue, "command", |input, under_way| {
+        answer(input, under_way)
+            .map(Some)
+            .map_err(|e| format!("a malformed reply: {e}"))
+    })
+    .await
+}
+
+/// A connection's loop: writes what `queue` brings (its answers wait in `under_way`, in
+/// order) and hands what the server sends to `take`, which says how many bytes of whole
+/// replies it used, `None` to stop (then `Ok`), or why the connection cannot go on. `Ok`
+/// once every handle on the queue is gone; `Err` when the connection is lost, every
+/// request under way (`what`: their kind) failed first.
+async fn pump<T>(
+    io: &mut dyn Io,
+    queue: &mut mpsc::UnboundedReceiver<(Vec<u8>, Outcome<T>)>,
+    what: &str,
+    mut take: impl FnMut(&[u8], &mut VecDeque<Outcome<T>>) -> Result<Option<usize>, String>,
+) -> Result<(), String> {
     let mut under_way = VecDeque::new();
     let (mut out, mut input) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     let lost = loop {
@@ -277,9 +298,10 @@ async fn serve(
                     Ok(_) => {}
                     Err(e) => break e.to_string(),
                 }
-                match answer(&input, &mut under_way) {
-                    Ok(used) => consumed(&mut input, used),
-                    Err(e) => break format!("a malformed reply: {e}"),
+                match take(&input, &mut under_way) {
+                    Ok(Some(used)) => consumed(&mut input, used),
+                    Ok(None) => return Ok(()),
+                    Err(e) => break e,
                 }
             }
             request = queue.recv() => {
@@ -290,7 +312,7 @@ async fn serve(
             }
         }
     };
-    fail_under_way(under_way, "command", &lost);
+    fail_under_way(under_way, what, &lost);
     Err(lost)
 }
 
@@ -330,11 +352,7 @@ fn consumed(input: &mut Vec<u8>, used: usize) {
 
 /// Fails every request under way on a connection that was lost (`what`: the kind of
 /// request): whether the server ran it is unknown.
-fn fail_under_way<T>(
-    under_way: VecDeque<oneshot::Sender<Result<T, Failure>>>,
-    what: &str,
-    lost: &str,
-) {
+fn fail_under_way<T>(under_way: VecDeque<Outcome<T>>, what: &str, lost: &str) {
     for request in under_way {
         let _ = request.send(Err(Failure::Unavailable(format!(
             "connection lost with the {what} under way: {lost}"
@@ -365,7 +383,7 @@ pub(super) enum Heard {
 }
 
 /// A SUBSCRIBE (RESP) and where its confirmation goes.
-type Subscribe = (Vec<u8>, oneshot::Sender<Result<(), Failure>>);
+type Subscribe = (Vec<u8>, Outcome<()>);
 
 /// A pub/sub connection: SUBSCRIBEs on request and tells each message, in order, to the
 /// function it was made with. Lost, it says so, connects again (to the next target of its
@@ -489,52 +507,30 @@ async fn relay(
     queue: &mut mpsc::UnboundedReceiver<Subscribe>,
     hear: &mut impl FnMut(Heard) -> bool,
 ) -> Result<(), String> {
-    let mut under_way: VecDeque<oneshot::Sender<Result<(), Failure>>> = VecDeque::new();
-    let (mut out, mut input) = (Vec::with_capacity(256), Vec::with_capacity(1024));
-    let lost = 'relay: loop {
-        tokio::select! {
-            biased;
-            read = io.read_buf(&mut input) => {
-                match read {
-                    Ok(0) => break "the server closed the connection".to_owned(),
-                    Ok(_) => {}
-                    Err(e) => break e.to_string(),
-                }
-                let mut at = 0;
-                loop {
-                    let (reply, next) = match parse(&input, at) {
-                        Ok(Some(whole)) => whole,
-                        Ok(None) => break,
-                        Err(e) => break 'relay format!("a malformed reply: {e}"),
-                    };
-                    at = next;
-                    match pushed(reply) {
-                        Pushed::Message(message) => {
-                            if !hear(message) {
-                                return Ok(());
-                            }
-                        }
-                        Pushed::Confirmation(result) => {
-                            let Some(done) = under_way.pop_front() else {
-                                break 'relay "a confirmation of no SUBSCRIBE".to_owned();
-                            };
-                            let _ = done.send(result);
-                        }
-                        Pushed::Other => {}
+    pump(io, queue, "SUBSCRIBE", |input, under_way| {
+        let mut at = 0;
+        while let Some((reply, next)) =
+            parse(input, at).map_err(|e| format!("a malformed reply: {e}"))?
+        {
+            at = next;
+            match pushed(reply) {
+                Pushed::Message(message) => {
+                    if !hear(message) {
+                        return Ok(None);
                     }
                 }
-                consumed(&mut input, at);
-            }
-            request = queue.recv() => {
-                let Some(first) = request else { return Ok(()) };
-                if let Err(e) = write_waiting(io, &mut out, first, queue, &mut under_way).await {
-                    break e.to_string();
+                Pushed::Confirmation(result) => {
+                    let done = under_way
+                        .pop_front()
+                        .ok_or("a confirmation of no SUBSCRIBE")?;
+                    let _ = done.send(result);
                 }
+                Pushed::Other => {}
             }
         }
-    };
-    fail_under_way(under_way, "SUBSCRIBE", &lost);
-    Err(lost)
+        Ok(Some(at))
+    })
+    .await
 }
 
 /// What a subscribed connection was sent.
