@@ -26,15 +26,20 @@ pub fn percentiles(mut samples: Vec<f64>) -> (f64, f64) {
     (samples[n / 2], samples[n * 99 / 100])
 }
 
-/// One protocol script as a command: `verb` (`FCALL` or `EVALSHA`) of `function` (a library
-/// function's name, or a script's SHA1) with the keys and arguments of `op`.
-pub fn script_call(verb: &str, function: &str, op: dlock_core::redis::RedisOp) -> redis::Cmd {
-    let dlock_core::redis::RedisOp::Eval { keys, args, .. } = op else {
-        unreachable!("a script")
+/// `verb function` (`FCALL` or `EVALSHA`) of `ops`, scripts of one kind: every op's keys,
+/// then every op's arguments (one op: the command the engine's transport sends for it).
+pub fn script_call(verb: &str, function: &str, ops: &[dlock_core::redis::RedisOp]) -> redis::Cmd {
+    let words = |keys: bool| {
+        ops.iter().flat_map(move |op| match op {
+            dlock_core::redis::RedisOp::Eval { keys: k, args, .. } => {
+                if keys { k } else { args }.iter()
+            }
+            _ => unreachable!("a script"),
+        })
     };
     let mut cmd = redis::cmd(verb);
-    cmd.arg(function).arg(keys.len());
-    for word in keys.iter().chain(&args) {
+    cmd.arg(function).arg(words(true).count());
+    for word in words(true).chain(words(false)) {
         cmd.arg(word);
     }
     cmd

@@ -16,7 +16,11 @@
 //! - dlock's ACQUIRE and RELEASE by `FCALL` (the library of `dlock_core::redis::library()`, with
 //!   the keys and arguments the engine sends), on one lock and on 1,000 locks in turn;
 //! - the same by `EVALSHA`;
-//! - rslock's cycle: `SET NX PX`, then its unlock script by `EVALSHA`.
+//! - rslock's cycle: `SET NX PX`, then its unlock script by `EVALSHA`;
+//! - a sketch, not protocol v1: dlock's ACQUIRE and RELEASE, their text unchanged, each run
+//!   for 10 or 100 locks by one `FCALL` ([`batch_library`]), on 1,000 locks in turn: what
+//!   one Redis core would carry if a client sent the acquires and releases of its tasks in
+//!   batches, as it sends renewals.
 //!
 //! Writes bench/results/scripts.md.
 
@@ -52,6 +56,43 @@ redis.register_function('yard_release', function(KEYS, ARGV)
   return {2, 0}
 end)
 ";
+
+/// A sketch, not protocol v1: functions that run dlock's ACQUIRE (`batch_acquire`) and
+/// RELEASE (`batch_release`) for each lock of one call, their bodies and helpers unchanged,
+/// with the time read once per call. The keys go in fours (lock, fence, queue, waiters), the
+/// arguments in runs of `acquire_args` and `release_args`; the reply is each lock's reply.
+fn batch_library(acquire_args: usize, release_args: usize) -> String {
+    let mut text = String::from("#!lua name=dlock_bench_batch\n");
+    for helpers in Script::Acquire.helpers() {
+        text.push_str(helpers);
+    }
+    for (name, script) in [
+        ("acquire_one", Script::Acquire),
+        ("release_one", Script::Release),
+    ] {
+        text.push_str(&format!(
+            "\nlocal function {name}(KEYS, ARGV)\n{}end\n",
+            script.body()
+        ));
+    }
+    text.push_str(&format!(
+        "
+local function each(one, n, KEYS, ARGV)
+  clock, stamp = nil, nil
+  local out, keys, args = {{}}, {{}}, {{}}
+  for i = 0, #KEYS / 4 - 1 do
+    for k = 1, 4 do keys[k] = KEYS[4 * i + k] end
+    for a = 1, n do args[a] = ARGV[n * i + a] end
+    out[i + 1] = one(keys, args)
+  end
+  return out
+end
+redis.register_function('batch_acquire', function(KEYS, ARGV) return each(acquire_one, {acquire_args}, KEYS, ARGV) end)
+redis.register_function('batch_release', function(KEYS, ARGV) return each(release_one, {release_args}, KEYS, ARGV) end)
+"
+    ));
+    text
+}
 
 /// rslock's unlock script (rslock 0.10, `UNLOCK_SCRIPT`).
 const RSLOCK_UNLOCK: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then
@@ -134,24 +175,6 @@ fn main() {
                 .is_ok_and(|s| s.success())
         });
     let library = protocol::library();
-    for source in [library.source.as_str(), YARDSTICKS] {
-        let _: String = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(source)
-            .query(&mut con)
-            .unwrap_or_else(|e| panic!("FUNCTION LOAD (Redis 7 or later): {e}"));
-    }
-    let mut sha = |source: String| -> String {
-        redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(source)
-            .query(&mut con)
-            .expect("SCRIPT LOAD")
-    };
-    let (acquire_sha, release_sha) = (sha(Script::Acquire.source()), sha(Script::Release.source()));
-    let unlock_sha = sha(RSLOCK_UNLOCK.to_owned());
-
     let token = dlock_core::owner_token(dlock_core::ClientId(0xbe4c), 1);
     // dlock's ACQUIRE and RELEASE of lock `name`, as the engine sends them uncontended.
     let ops = move |name: &str| {
@@ -169,8 +192,32 @@ fn main() {
             protocol::release(keys, &token, 0, Fairness::Fair),
         )
     };
+    let argc = |op: RedisOp| match op {
+        RedisOp::Eval { args, .. } => args.len(),
+        _ => unreachable!("a script"),
+    };
+    let (take, give) = ops("bench-scripts");
+    let batch = batch_library(argc(take), argc(give));
+    for source in [library.source.as_str(), YARDSTICKS, batch.as_str()] {
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(source)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("FUNCTION LOAD (Redis 7 or later): {e}"));
+    }
+    let mut sha = |source: String| -> String {
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query(&mut con)
+            .expect("SCRIPT LOAD")
+    };
+    let (acquire_sha, release_sha) = (sha(Script::Acquire.source()), sha(Script::Release.source()));
+    let unlock_sha = sha(RSLOCK_UNLOCK.to_owned());
+
     let lock_name = |i: usize| format!("bench-scripts-{}", i % 1000);
-    let fcall = |name: &str, op: RedisOp| script_call("FCALL", name, op);
+    let fcall = |name: &str, op: RedisOp| script_call("FCALL", name, &[op]);
     let (acquire_fn, release_fn) = (
         library.function(Script::Acquire),
         library.function(Script::Release),
@@ -195,10 +242,31 @@ fn main() {
         move |_| {
             let (take, give) = ops("bench-scripts");
             vec![
-                script_call("EVALSHA", &acquire_sha, take),
-                script_call("EVALSHA", &release_sha, give),
+                script_call("EVALSHA", &acquire_sha, &[take]),
+                script_call("EVALSHA", &release_sha, &[give]),
             ]
         }
+    };
+    // A batch of `per` locks from cycle `i` on (a cycle a lock's): `per` divides CYCLES.
+    let batched = |per: usize| Variant {
+        label: match per {
+            10 => {
+                "a sketch, not protocol v1: dlock's ACQUIRE + RELEASE for 10 locks per FCALL, 1,000 locks in turn"
+            }
+            _ => "the same, 100 locks per FCALL",
+        },
+        top: &["fcall"],
+        cycle: Box::new(move |i| {
+            if i % per != 0 {
+                return Vec::new();
+            }
+            let (take, give): (Vec<RedisOp>, Vec<RedisOp>) =
+                (i..i + per).map(|j| ops(&lock_name(j))).unzip();
+            vec![
+                script_call("FCALL", "batch_acquire", &take),
+                script_call("FCALL", "batch_release", &give),
+            ]
+        }),
     };
     let variants = [
         Variant {
@@ -260,6 +328,8 @@ fn main() {
                 vec![set, unlock]
             }),
         },
+        batched(10),
+        batched(100),
     ];
 
     // Per variant: the least server µs per cycle of the rounds, and that round's stats.
@@ -337,7 +407,9 @@ fn main() {
          | the fence floor's SET when each acquire is of a lock not taken in the same ms, per cycle | {:.2} |\n\
          | EVALSHA over FCALL, per cycle (the helpers made on every call) | {:.2} |\n\
          | dlock's cycle / rslock's (one lock) | {:.2} |\n\
-         | dlock's cycle / rslock's (1,000 locks) | {:.2} |\n",
+         | dlock's cycle / rslock's (1,000 locks) | {:.2} |\n\
+         | the sketch's cycle / rslock's: 10 locks per FCALL | {:.2} |\n\
+         | the sketch's cycle / rslock's: 100 locks per FCALL | {:.2} |\n",
         us(0) / 2.0,
         (us(1) - us(0)) / 2.0,
         (us(2) - us(0)) / 2.0,
@@ -348,6 +420,8 @@ fn main() {
         us(7) - us(5),
         us(5) / us(8),
         us(6) / us(8),
+        us(9) / us(8),
+        us(10) / us(8),
     ));
     print!("{report}");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/scripts.md");

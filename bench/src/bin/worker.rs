@@ -238,7 +238,7 @@ async fn dlock_scripts(con: &mut redis::aio::MultiplexedConnection, n: usize) ->
         let RedisOp::Eval { script, .. } = &op else {
             unreachable!("a script")
         };
-        dlock_bench::script_call("FCALL", &library.function(*script), op)
+        dlock_bench::script_call("FCALL", &library.function(*script), &[op])
     };
     let take = fcall(protocol::acquire(
         keys.clone(),

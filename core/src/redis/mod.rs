@@ -146,7 +146,7 @@ impl Script {
 
     /// The helper files its body may call, in order (the fenced write and the ACL probe,
     /// which touch no lock, call none).
-    fn helpers(self) -> &'static [&'static str] {
+    pub fn helpers(self) -> &'static [&'static str] {
         match self {
             Script::FencedWrite | Script::AclProbe => &[],
             Script::PermitAcquire | Script::PermitRelease | Script::PermitDequeue => {
@@ -157,7 +157,9 @@ impl Script {
         }
     }
 
-    fn body(self) -> &'static str {
+    /// The script's own text, after its [`Script::helpers`]: a function of the [`library`]
+    /// runs it as its callback, with `KEYS` and `ARGV` its arguments.
+    pub fn body(self) -> &'static str {
         match self {
             Script::FencedWrite => include_str!("lua/fenced_write.lua"),
             Script::AclProbe => include_str!("lua/acl_probe.lua"),
