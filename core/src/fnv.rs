@@ -1,6 +1,6 @@
-//! FNV-1a (64 bits): a fast hash without a random key, for the engine's deterministic tenure
-//! index and the content address of the Redis function library. Not for anything an
-//! adversary chooses to collide.
+//! FNV-1a (64 bits): the content address of the Redis function library, whose name carries
+//! the hash of its text (PROTOCOL.md §6), so the protocol fixes it. The engine's in-memory
+//! tables hash with [`crate::fx`].
 
 use std::hash::Hasher;
 

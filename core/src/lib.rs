@@ -80,6 +80,7 @@ mod election;
 mod engine;
 mod error;
 mod fnv;
+mod fx;
 mod ids;
 mod jitter;
 mod lock;

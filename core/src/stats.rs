@@ -7,8 +7,9 @@
 
 use core::fmt;
 use core::time::Duration;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
+use crate::fx::FxBuild;
 use crate::types::{Kind, LostReason, NotAcquired};
 
 /// Upper bounds of the wait and hold histograms' buckets: 1 ms to 5 min, roughly ×2.5 apart,
@@ -244,7 +245,11 @@ pub const MAX_OBSERVATIONS: usize = 4096;
 /// the model checker's fingerprints show the protocol alone.
 #[derive(Clone, Default)]
 pub(crate) struct Counters {
-    by_name: BTreeMap<String, Vec<LockStats>>,
+    /// Each name's place in `names`. Hashed: every event of every lock looks its name up,
+    /// and a B-tree of a thousand names compared its text with a dozen others each time.
+    index: HashMap<String, usize, FxBuild>,
+    /// Per name, its counts by kind.
+    names: Vec<Vec<LockStats>>,
     entries: usize,
     /// Observations for the host, when it asked for them.
     observations: Option<VecDeque<Observation>>,
@@ -303,17 +308,20 @@ impl Counters {
     }
 
     fn entry(&mut self, name: &str, kind: Kind) -> &mut LockStats {
-        // A name's first look-up is the one after this: while there is room, none is spent
-        // here (every event of every lock comes this way).
-        let name = if self.entries < MAX_STATS_NAMES || self.by_name.contains_key(name) {
-            name
-        } else {
-            OTHER_NAMES
+        // One look-up for a name seen before (every event of every lock comes this way).
+        let at = match self.index.get(name) {
+            Some(&at) => at,
+            // No room for another name: it counts under `OTHER_NAMES`.
+            None if self.entries >= MAX_STATS_NAMES && name != OTHER_NAMES => {
+                return self.entry(OTHER_NAMES, kind);
+            }
+            None => {
+                self.index.insert(name.to_owned(), self.names.len());
+                self.names.push(Vec::new());
+                self.names.len() - 1
+            }
         };
-        if !self.by_name.contains_key(name) {
-            self.by_name.insert(name.to_owned(), Vec::new());
-        }
-        let kinds = self.by_name.get_mut(name).expect("inserted above");
+        let kinds = &mut self.names[at];
         let i = match kinds.iter().position(|s| s.kind == kind) {
             Some(i) => i,
             None => {
@@ -337,7 +345,8 @@ impl Counters {
     /// held, of every tenure).
     pub(crate) fn snapshot<'a>(&self, live: impl Iterator<Item = (&'a str, Kind, bool)>) -> Stats {
         let mut counters = Counters {
-            by_name: self.by_name.clone(),
+            index: self.index.clone(),
+            names: self.names.clone(),
             entries: self.entries,
             observations: None,
         };
@@ -349,8 +358,8 @@ impl Counters {
                 s.waiting += 1;
             }
         }
-        Stats {
-            locks: counters.by_name.into_values().flatten().collect(),
-        }
+        let mut locks: Vec<LockStats> = counters.names.into_iter().flatten().collect();
+        locks.sort_by(|a, b| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
+        Stats { locks }
     }
 }

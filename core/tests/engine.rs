@@ -2096,6 +2096,16 @@ fn stats_count_names_past_the_limit_together() {
     }
     let stats = bed.engines[0].stats();
     assert_eq!(stats.locks.len(), MAX_STATS_NAMES + 1);
+    // Counted in the order taken (n0, n1, …, n10, …), shown sorted by name ("" first, then
+    // n0, n1, n10, n100, …).
+    assert!(
+        stats
+            .locks
+            .windows(2)
+            .all(|w| (&w[0].name, w[0].kind) < (&w[1].name, w[1].kind)),
+        "sorted by name, then kind"
+    );
+    assert_eq!(stats.locks[0].name, OTHER_NAMES);
     let other = stats
         .get(OTHER_NAMES, Kind::Mutex)
         .expect("the rest, together");

@@ -6,7 +6,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
-use crate::fnv::Fnv;
+use crate::fx::Fx;
 use crate::lock::Backend;
 use crate::status::HoldInfo;
 use crate::time::Instant;
@@ -277,11 +277,11 @@ fn slot<B: Backend>(t: &Tenure<B>) -> Option<u64> {
 
 /// The slot of (kind, name, owner) in the index: a hash without a random key, so that the
 /// engine stays deterministic (two slots may share one; [`Tenures::slot`] tells them apart).
-/// FNV-1a: the index needs spread, not resistance to names chosen to collide (names that
+/// [`Fx`]: the index needs spread, not resistance to names chosen to collide (names that
 /// share a slot cost one more comparison each in [`Tenures::slot`], never a wrong tenure),
 /// and SipHash took a tenth of the engine's instructions per acquire and release.
 fn slot_hash(kind: Kind, name: &str, owner: u64) -> u64 {
-    let mut h = Fnv::default();
+    let mut h = Fx::default();
     (kind, name, owner).hash(&mut h);
     h.finish()
 }
