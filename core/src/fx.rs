@@ -1,4 +1,4 @@
-//! The hash of the engine's in-memory tables (tenures, timers, counters): a word at a time,
+//! The hash of the engine's in-memory tables (the tenure index, the counters): a word at a time,
 //! without a random key, so that the engine stays deterministic. It is the design of rustc's
 //! `FxHasher` (version 2): one add and one multiply per word, and a rotation at the end to
 //! bring the well-mixed high bits down to the low bits that pick a table's bucket.
