@@ -49,6 +49,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// Serves TLS only (with certificates made in `dir`).
     tls: bool,
+    /// A program the server runs under (`valgrind` and its options), or none.
+    under: Vec<String>,
 }
 
 impl RedisServer {
@@ -59,14 +61,23 @@ impl RedisServer {
 
     /// Starts `redis-server` with extra configuration arguments (e.g. `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_under(&[], extra)
+    }
+
+    /// Starts `redis-server` under the program `under` names with its arguments (e.g.
+    /// `["valgrind", "--tool=callgrind"]`: the bench counts the server's instructions), with
+    /// extra configuration arguments. [`pid`](Self::pid) is then the program's process, which
+    /// runs the server.
+    pub fn start_under(under: &[&str], extra: &[&str]) -> Self {
         let dir = temp_dir("redis");
-        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let owned = |args: &[&str]| args.iter().map(|s| s.to_string()).collect();
         Self::launch(RedisServer {
             child: None,
             dir,
             port: 0,
-            extra,
+            extra: owned(extra),
             tls: false,
+            under: owned(under),
         })
     }
 
@@ -102,6 +113,7 @@ impl RedisServer {
             port: 0,
             extra,
             tls: true,
+            under: Vec::new(),
         }))
     }
 
@@ -126,7 +138,15 @@ impl RedisServer {
         } else {
             ["--port", &port, "--save", ""]
         };
-        let child = Command::new("redis-server")
+        let mut command = match self.under.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg("redis-server");
+                command
+            }
+            None => Command::new("redis-server"),
+        };
+        let child = command
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(ports)
             .arg("--dir")
@@ -176,6 +196,11 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:PORT`, or `rediss://…` for a TLS server.

@@ -20,7 +20,14 @@
 //! - a sketch, not protocol v1: dlock's ACQUIRE and RELEASE, their text unchanged, each run
 //!   for 10 or 100 locks by one `FCALL` ([`batch_library`]), on 1,000 locks in turn: what
 //!   one Redis core would carry if a client sent the acquires and releases of its tasks in
-//!   batches, as it sends renewals.
+//!   batches, as it sends renewals;
+//! - a sketch, not protocol v1, of the uncontended path only: the lock as one string set with
+//!   `PX`, fewer keys and arguments, string replies ([`string_library`]).
+//!
+//! Then, where valgrind is installed, each variant again on a redis-server run by callgrind:
+//! the server's instructions per cycle, everything it does for the cycle (reading and
+//! parsing the requests and writing the replies too, which commandstats leaves out), exact
+//! from run to run.
 //!
 //! Writes bench/results/scripts.md.
 
@@ -94,6 +101,36 @@ redis.register_function('batch_release', function(KEYS, ARGV) return each(releas
     text
 }
 
+/// A sketch, not protocol v1, of the uncontended path only: the lock as one string
+/// (`owner count fence`, set with `PX`), three keys and two arguments to acquire, two keys and
+/// one argument to release, string replies; the fencing token and its floor as v1 makes them
+/// (the prelude's helpers). What a layout of fewer calls, keys and arguments would save.
+fn string_library() -> String {
+    let mut text = String::from("#!lua name=dlock_bench_string\n");
+    for helpers in Script::Acquire.helpers() {
+        text.push_str(helpers);
+    }
+    text.push_str(
+        "
+redis.register_function{function_name = 'string_acquire', callback = function(KEYS, ARGV)
+  clock, stamp = nil, nil
+  if redis.call('EXISTS', KEYS[1], KEYS[3]) ~= 0 then return 'busy' end
+  local token, text = next_token(KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. ' 1 ' .. text, 'PX', ARGV[2])
+  return '1 ' .. text .. ' 1'
+end}
+redis.register_function{function_name = 'string_release', flags = {'allow-oom'}, callback = function(KEYS, ARGV)
+  local held = redis.call('GET', KEYS[1])
+  if not held or string.sub(held, 1, #ARGV[1] + 1) ~= ARGV[1] .. ' ' then return '0' end
+  redis.call('DEL', KEYS[1])
+  if redis.call('LINDEX', KEYS[2], '0') then return 'queued' end
+  return '2 0'
+end}
+",
+    );
+    text
+}
+
 /// rslock's unlock script (rslock 0.10, `UNLOCK_SCRIPT`).
 const RSLOCK_UNLOCK: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then
   return redis.call("del",KEYS[1])
@@ -125,6 +162,14 @@ fn run(con: &mut redis::Connection, variant: &Variant) -> Stats {
         .arg("RESETSTAT")
         .query(con)
         .expect("CONFIG RESETSTAT");
+    send(con, variant);
+    let mut stats = stats(con);
+    stats.retain(|name, _| name != "config|resetstat");
+    stats
+}
+
+/// Sends the variant's [`CYCLES`] cycles, pipelined, and checks that none failed.
+fn send(con: &mut redis::Connection, variant: &Variant) {
     for start in (0..CYCLES).step_by(BATCH) {
         let mut pipe = redis::pipe();
         for i in start..start + BATCH {
@@ -140,9 +185,106 @@ fn run(con: &mut redis::Connection, variant: &Variant) -> Stats {
             panic!("{}: {e:?}", variant.label);
         }
     }
-    let mut stats = stats(con);
-    stats.retain(|name, _| name != "config|resetstat");
-    stats
+}
+
+/// `n` with a comma between each three digits (116,536).
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// Loads the function libraries `libraries` and the scripts `scripts` (by `SCRIPT LOAD`: a
+/// script's SHA is its text's, the same on every server).
+fn load(con: &mut redis::Connection, libraries: &[&str], scripts: &[&str]) {
+    for source in libraries {
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(source)
+            .query(con)
+            .unwrap_or_else(|e| panic!("FUNCTION LOAD (Redis 7 or later): {e}"));
+    }
+    for source in scripts {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(source)
+            .query(con)
+            .expect("SCRIPT LOAD");
+    }
+}
+
+/// Each variant's instructions per cycle in a redis-server of its own run by callgrind (its
+/// counts zeroed before the variant's cycles and dumped after them: user space, every part
+/// of the server — reading and parsing the requests, the commands, the replies), or why
+/// there are none (no valgrind here). Exact from run to run, where the times above move by
+/// a few percent.
+fn instructions(
+    variants: &[Variant],
+    libraries: &[&str],
+    scripts: &[&str],
+) -> Result<Vec<u64>, String> {
+    let tool = |program: &str| {
+        std::process::Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !tool("valgrind") || !tool("callgrind_control") {
+        return Err("valgrind is not installed".into());
+    }
+    let dumps = std::env::temp_dir().join(format!("dlock-bench-scripts-{}", std::process::id()));
+    std::fs::create_dir_all(&dumps).map_err(|e| e.to_string())?;
+    let out = dumps.join("callgrind.out");
+    let server = RedisServer::start_under(
+        &[
+            "valgrind",
+            "--tool=callgrind",
+            &format!("--callgrind-out-file={}", out.display()),
+            &format!("--log-file={}", dumps.join("valgrind.log").display()),
+        ],
+        &[],
+    );
+    let pid = server.pid().expect("running").to_string();
+    let control = |option: &str| {
+        let status = std::process::Command::new("callgrind_control")
+            .args([option, &pid])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "callgrind_control {option}"
+        );
+    };
+    let mut con = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .map_err(|e| e.to_string())?;
+    load(&mut con, libraries, scripts);
+    let mut counts = Vec::new();
+    for (dump, variant) in (1..).zip(variants) {
+        send(&mut con, variant); // warm-up
+        control("-z");
+        send(&mut con, variant);
+        control("-d");
+        let text = std::fs::read_to_string(format!("{}.{dump}", out.display()))
+            .map_err(|e| format!("callgrind's dump {dump}: {e}"))?;
+        let total: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("summary: ").or(l.strip_prefix("totals: ")))
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or("a callgrind dump without its total")?;
+        counts.push(total / CYCLES as u64);
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dumps);
+    Ok(counts)
 }
 
 fn main() {
@@ -159,9 +301,11 @@ fn main() {
             .unwrap_or_default()
     };
     let version = field("redis_version");
+    // Counted before this process is pinned to one CPU.
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     // The server on one CPU and this client on another, where there are two (as `just bench`
     // places them); without taskset, wherever the scheduler puts them.
-    let pinned = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+    let pinned = cpus >= 2
         && [
             (field("process_id"), "0"),
             (std::process::id().to_string(), "1"),
@@ -198,23 +342,24 @@ fn main() {
     };
     let (take, give) = ops("bench-scripts");
     let batch = batch_library(argc(take), argc(give));
-    for source in [library.source.as_str(), YARDSTICKS, batch.as_str()] {
-        let _: String = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg("REPLACE")
-            .arg(source)
-            .query(&mut con)
-            .unwrap_or_else(|e| panic!("FUNCTION LOAD (Redis 7 or later): {e}"));
-    }
-    let mut sha = |source: String| -> String {
+    let strings = string_library();
+    let libraries = [
+        library.source.as_str(),
+        YARDSTICKS,
+        batch.as_str(),
+        strings.as_str(),
+    ];
+    load(&mut con, &libraries, &[]);
+    let (acquire_text, release_text) = (Script::Acquire.source(), Script::Release.source());
+    let scripts = [acquire_text.as_str(), release_text.as_str(), RSLOCK_UNLOCK];
+    let mut sha = |source: &str| -> String {
         redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(source)
             .query(&mut con)
             .expect("SCRIPT LOAD")
     };
-    let (acquire_sha, release_sha) = (sha(Script::Acquire.source()), sha(Script::Release.source()));
-    let unlock_sha = sha(RSLOCK_UNLOCK.to_owned());
+    let [acquire_sha, release_sha, unlock_sha] = scripts.map(&mut sha);
 
     let lock_name = |i: usize| format!("bench-scripts-{}", i % 1000);
     let fcall = |name: &str, op: RedisOp| script_call("FCALL", name, &[op]);
@@ -267,6 +412,29 @@ fn main() {
                 script_call("FCALL", "batch_release", &give),
             ]
         }),
+    };
+    // The string sketch's cycle on lock `i` of 1,000, by functions `take` and `give`: three keys
+    // and two arguments, then two keys and one argument.
+    let lean = move |i: usize, take: &str, give: &str| {
+        let lock = format!("bench-sketch-{}", i % 1000);
+        let key = |what: &str| format!("dlock:{{{lock}}}:{what}");
+        let mut acquire = redis::cmd("FCALL");
+        acquire
+            .arg(take)
+            .arg(3)
+            .arg(key("lock"))
+            .arg(key("fence"))
+            .arg(key("queue"))
+            .arg(&*token)
+            .arg(LEASE.as_millis() as u64);
+        let mut release = redis::cmd("FCALL");
+        release
+            .arg(give)
+            .arg(2)
+            .arg(key("lock"))
+            .arg(key("queue"))
+            .arg(&*token);
+        vec![acquire, release]
     };
     let variants = [
         Variant {
@@ -330,6 +498,16 @@ fn main() {
         },
         batched(10),
         batched(100),
+        Variant {
+            label: "a sketch, not protocol v1: the lock as one string, fewer keys and arguments, string replies (uncontended path only), 1,000 locks in turn",
+            top: &["fcall"],
+            cycle: Box::new(move |i| lean(i, "string_acquire", "string_release")),
+        },
+        Variant {
+            label: "FCALL of a function that returns 1, twice, with the string sketch's keys and arguments",
+            top: &["fcall"],
+            cycle: Box::new(move |i| lean(i, "yard_return", "yard_return")),
+        },
     ];
 
     // Per variant: the least server µs per cycle of the rounds, and that round's stats.
@@ -353,23 +531,33 @@ fn main() {
         }
     }
     let us = |i: usize| best[i].as_ref().expect("measured").0;
+    let counted = instructions(&variants, &libraries, &scripts);
+    let count = |i: usize| counted.as_ref().map_or(f64::NAN, |c| c[i] as f64);
 
     let mut report = format!(
         "# Where a dlock cycle's time on the Redis server goes\n\n\
          `just bench-scripts` on redis-server {version} ({}, {} CPUs{}): each row is {CYCLES} \
          pipelined cycles, best of {ROUNDS} rounds; the server's time per cycle from `INFO \
          commandstats` (a function's or script's time includes the commands it runs). \
-         Commands: per cycle, each with its own time per call.\n\n\
-         | cycle | server µs per cycle | commands per cycle |\n| --- | ---: | --- |\n",
+         Commands: per cycle, each with its own time per call. Instructions: the server's, \
+         per cycle, counted by callgrind on a redis-server of its own ({}): everything it does \
+         for the cycle in user space, reading and parsing the requests and writing the replies \
+         included, which commandstats leaves out.\n\n\
+         | cycle | server µs per cycle | server instructions per cycle | commands per cycle |\n\
+         | --- | ---: | ---: | --- |\n",
         std::env::consts::ARCH,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpus,
         if pinned {
             "; the server on the first, this client on the second"
         } else {
             ""
         },
+        match &counted {
+            Ok(_) => format!("{CYCLES} cycles after {CYCLES} of warm-up"),
+            Err(why) => format!("not counted: {why}"),
+        },
     );
-    for (variant, best) in variants.iter().zip(&best) {
+    for (i, (variant, best)) in variants.iter().zip(&best).enumerate() {
         let (per_cycle, stats) = best.as_ref().expect("measured");
         let mut commands: Vec<(&String, &(u64, u64))> = stats.iter().collect();
         commands.sort_by_key(|(_, (calls, usec))| std::cmp::Reverse(usec * 1000 / calls.max(&1)));
@@ -384,8 +572,12 @@ fn main() {
                 )
             })
             .collect();
+        let instructions = match &counted {
+            Ok(c) => thousands(c[i]),
+            Err(_) => "–".into(),
+        };
         report.push_str(&format!(
-            "| {} | {per_cycle:.2} | {} |\n",
+            "| {} | {per_cycle:.2} | {instructions} | {} |\n",
             variant.label,
             commands.join(", ")
         ));
@@ -409,7 +601,18 @@ fn main() {
          | dlock's cycle / rslock's (one lock) | {:.2} |\n\
          | dlock's cycle / rslock's (1,000 locks) | {:.2} |\n\
          | the sketch's cycle / rslock's: 10 locks per FCALL | {:.2} |\n\
-         | the sketch's cycle / rslock's: 100 locks per FCALL | {:.2} |\n",
+         | the sketch's cycle / rslock's: 100 locks per FCALL | {:.2} |\n\n\
+         By the server's instructions per cycle:\n\n\
+         | cycle / rslock's cycle | instructions |\n| --- | ---: |\n\
+         | two FCALLs of a function that does nothing | {:.2} |\n\
+         | the same with the string sketch's keys and arguments (8, not 15) | {:.2} |\n\
+         | dlock's ACQUIRE + RELEASE, 1,000 locks | {:.2} |\n\
+         | the batch sketch, 10 locks per FCALL | {:.2} |\n\
+         | the batch sketch, 100 locks per FCALL | {:.2} |\n\
+         | the string sketch, 1,000 locks | {:.2} |\n\n\
+         Each key or argument an FCALL takes costs the server about {:.0} instructions (the \
+         two empty FCALLs' 15 against 8): parsed from the request, then made a Lua string in \
+         the function's KEYS or ARGV.\n",
         us(0) / 2.0,
         (us(1) - us(0)) / 2.0,
         (us(2) - us(0)) / 2.0,
@@ -422,6 +625,13 @@ fn main() {
         us(6) / us(8),
         us(9) / us(8),
         us(10) / us(8),
+        count(0) / count(8),
+        count(12) / count(8),
+        count(6) / count(8),
+        count(9) / count(8),
+        count(10) / count(8),
+        count(11) / count(8),
+        (count(0) - count(12)) / 7.0,
     ));
     print!("{report}");
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/scripts.md");
