@@ -220,7 +220,8 @@ bench-many n="100000":
     cargo run --quiet --release -p dlock-bench --bin many -- {{n}}
 
 # Where a dlock cycle's time on the Redis server goes: dlock's functions next to yardstick
-# functions and rslock's commands, pipelined, timed by INFO commandstats (writes
+# functions and rslock's commands, pipelined, timed by INFO commandstats, then the server's
+# instructions per cycle under callgrind where valgrind is installed (writes
 # bench/results/scripts.md). Needs Redis 7.
 bench-scripts:
     cargo run --quiet --release -p dlock-bench --bin scripts
