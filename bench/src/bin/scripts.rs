@@ -416,23 +416,22 @@ fn main() {
     // The string sketch's cycle on lock `i` of 1,000, by functions `take` and `give`: three keys
     // and two arguments, then two keys and one argument.
     let lean = move |i: usize, take: &str, give: &str| {
-        let lock = format!("bench-sketch-{}", i % 1000);
-        let key = |what: &str| format!("dlock:{{{lock}}}:{what}");
+        let keys = LockKeys::new(&format!("bench-sketch-{}", i % 1000));
         let mut acquire = redis::cmd("FCALL");
         acquire
             .arg(take)
             .arg(3)
-            .arg(key("lock"))
-            .arg(key("fence"))
-            .arg(key("queue"))
+            .arg(keys.lock())
+            .arg(keys.fence())
+            .arg(keys.queue())
             .arg(&*token)
             .arg(LEASE.as_millis() as u64);
         let mut release = redis::cmd("FCALL");
         release
             .arg(give)
             .arg(2)
-            .arg(key("lock"))
-            .arg(key("queue"))
+            .arg(keys.lock())
+            .arg(keys.queue())
             .arg(&*token);
         vec![acquire, release]
     };
