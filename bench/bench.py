@@ -15,9 +15,10 @@ Measured:
 
 - raw round trips of the servers (PING, EVALSHA of ``return 1``, ZooKeeper ``exists``,
   ``SELECT 1``; and a cycle of dlock's own ACQUIRE and RELEASE scripts on a bare redis-rs
-  connection, which splits a dlock cycle into the server's part and the client's), from
-  Rust, measured before and after every round of the uncontended runs: the yardstick is the
-  lowest p50;
+  connection, which splits a dlock cycle into the server's part and the client's, and
+  next to rslock's and node-redlock's cycles says what protocol v1's scripts cost with no
+  client of dlock's around them), from Rust, measured before and after every round of the
+  uncontended runs: the yardstick is the lowest p50;
 - uncontended acquire + release, N cycles in a fresh process, three rounds that take turns
   across the libraries; the round with the lowest p50 counts: p50, p99, cycles per second;
   and the client's CPU per cycle (its process's CPU time over the N cycles, every thread,
@@ -583,6 +584,9 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
             return a.uncontended.get(key, float("nan")) / b.uncontended.get(key, float("nan"))
         return a.handoff.get(workers, {}).get(key, float("nan")) / b.handoff.get(workers, {}).get(key, float("nan"))
 
+    def ratio_to(p50: float, b: Optional[Impl]) -> float:
+        return p50 / b.uncontended.get("p50", float("nan")) if b else float("nan")
+
     if not rust:  # the targets are Redis's
         return "\n".join(lines) + "\n", ""
     fairness = max((i.handoff[w]["fairness"] for i in impls if i.dlock for w in i.handoff), default=float("nan"))
@@ -601,11 +605,13 @@ def report(impls: List[Impl], rtt: Dict[str, float], seconds: float, cycles: int
         ("uncontended Rust cycle / 2 EVALSHA round trips", rust.uncontended["p50"] / (2 * evalsha) if rust else float("nan"), "≤ 1.20", lambda x: x <= 1.20),
         ("(where it goes) dlock's two functions by FCALL on a bare connection / 2 EVALSHA of `return 1`: the server's part", scripts / (2 * evalsha), "–", lambda x: True),
         ("(where it goes) uncontended Rust cycle / dlock's two functions on a bare connection: the client's part", rust.uncontended["p50"] / scripts, "–", lambda x: True),
+        ("(where it goes) dlock's two functions on a bare connection / rslock cycle: protocol v1's scripts with no client of dlock's", ratio_to(scripts, find("rslock", "Rust", "redis")), "–", lambda x: True),
         ("Wasm engine cycle / native cycle", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust), "≤ 1.05", lambda x: x <= 1.05),
         ("(where it goes) client CPU per cycle, Wasm engine / native", ratio(find("dlock, Wasm engine", "Rust", "redis"), rust, "cpu"), "–", lambda x: True),
         ("Node cycle / node-redlock cycle", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis")), "≤ 0.95", lambda x: x <= 0.95),
         ("(where it goes) client CPU per cycle, dlock Node / node-redlock", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis"), "cpu"), "–", lambda x: True),
         ("(where it goes) JavaScript's thread CPU per cycle, dlock Node / node-redlock", ratio(find("dlock", "Node", "redis"), find("node-redlock", "Node", "redis"), "thread"), "–", lambda x: True),
+        ("(where it goes) dlock's two functions on a bare connection / node-redlock cycle: protocol v1's scripts with no client of dlock's", ratio_to(scripts, find("node-redlock", "Node", "redis")), "–", lambda x: True),
         ("hot lock, 8 processes: dlock Rust acquisitions/s / best peer's", rust.hot.get(8, {}).get("rate", float("nan")) / peer_hot, "≥ 2", lambda x: x >= 2),
         ("(where it goes) hot lock, 8 processes: client CPU per acquisition, dlock Rust / best peer's", hot_cpu(rust) / hot_cpu(best_hot), "–", lambda x: True),
         ("hot lock: dlock fairness, worst row (Redis)", hot_fairness, "≤ 1.05", lambda x: x <= 1.05),
